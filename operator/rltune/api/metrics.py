@@ -79,3 +79,44 @@ class StepRecord:
     kv_usage: float = 0.0
     preemptions: float = 0.0
     warmup: bool = False
+
+
+def records_from_samples(samples, overrides: Optional[dict[str, str]] = None) -> list[StepRecord]:
+    """Rebuild per-step records from exported samples, whichever way they were read.
+
+    `samples` is an iterable of (metric name, labels dict, value): from a scrape of a trial's
+    endpoint (local backend) or from PromQL over Prometheus (operator). Steps missing their
+    duration are dropped: a step is only scored on what it actually reported.
+    """
+    by_name = {name(c, overrides): c for c in STEP_METRICS}
+    steps: dict[int, dict] = {}
+    for metric, labels, value in samples:
+        contract = by_name.get(metric)
+        if contract is None or "step" not in labels:
+            continue
+        s = steps.setdefault(int(labels["step"]), {"phases": {}})
+        if contract == "step_phase_seconds":
+            s["phases"][labels.get("phase", "")] = float(value)
+        else:
+            s[contract] = float(value)
+    fields = {
+        "step_generated_tokens": "generated_tokens",
+        "step_trained_tokens": "trained_tokens",
+        "step_staleness": "staleness",
+        "step_reward_mean": "reward",
+        "step_logprob_mismatch": "logprob_mismatch",
+        "step_kv_cache_usage_ratio": "kv_usage",
+        "step_preemptions": "preemptions",
+    }
+    out = []
+    for step in sorted(steps):
+        s = steps[step]
+        if "step_duration_seconds" not in s:
+            continue
+        rec = StepRecord(step=step, duration=s["step_duration_seconds"], phases=s["phases"],
+                         warmup=bool(s.get("step_warmup", 0.0)))
+        for contract, attr in fields.items():
+            if contract in s:
+                setattr(rec, attr, s[contract])
+        out.append(rec)
+    return out
