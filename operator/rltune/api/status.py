@@ -1,0 +1,121 @@
+"""The RLTuningJob status, as pydantic models (the CRD's status schema is generated from these).
+
+The operator keeps ALL of a job's tuning state here (and in the trial pods), so a restarted
+operator continues where the last one stopped. Everything the operator writes is declared, because
+the API server's structural pruning silently drops undeclared fields.
+
+The status stays bounded: at most `budget.maxTrials` (<= 200) search trials plus the baseline and a
+few confirmation runs, each a compact record (configuration as the knobs that differ from the
+baseline, a flat numeric summary), well under the 1 MiB etcd object limit (tests/unit/test_crd.py
+checks the size at 200 trials).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field
+
+from .models import CamelModel
+
+PHASES = ("Pending", "Validating", "Profiling", "Searching", "Confirming", "Succeeded", "Failed")
+Phase = Literal["Pending", "Validating", "Profiling", "Searching", "Confirming", "Succeeded", "Failed"]
+
+# Trial states. Active: Pending (recorded, pods being created), Running (pods seen), Scoring (rank 0
+# finished, waiting for its metrics). Terminal: the rest.
+TrialState = Literal[
+    "Pending", "Running", "Scoring",
+    "Succeeded", "Rejected", "Failed", "Unschedulable", "MetricsUnavailable", "TimedOut", "Stopped",
+]
+ACTIVE_STATES = ("Pending", "Running", "Scoring")
+
+
+class Condition(CamelModel):
+    """A metav1.Condition."""
+
+    type: str = Field(description="Condition type: SpecValid, Progressing, Complete or Failed.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(description="One CamelCase word: why the condition is in this state.")
+    message: str = Field("", description="Human-readable detail.")
+    last_transition_time: str = Field(description="When the status last changed (RFC 3339).")
+    observed_generation: Optional[int] = Field(
+        None, ge=0, description="metadata.generation the condition was computed for."
+    )
+
+
+class BaselineStatus(CamelModel):
+    """What profiling the user's current configuration measured."""
+
+    state: TrialState = Field("Pending", description="State of the baseline trial.")
+    step_seconds: Optional[float] = Field(None, description="Mean measured seconds per RL step (warm-up excluded).")
+    gpu_seconds_per_step: Optional[float] = Field(None, description="GPUs x seconds per step.")
+    gpus: Optional[int] = Field(None, description="GPUs the baseline uses.")
+    breakdown: Optional[dict[str, float]] = Field(
+        None, description="Mean seconds per step phase (generation, training, weight_sync, ...)."
+    )
+    bottleneck: Optional[str] = Field(None, description="The phase or resource that limits the step.")
+    evidence: Optional[list[str]] = Field(
+        None, max_length=16, description="Short measured facts behind the bottleneck verdict."
+    )
+    reason: Optional[str] = Field(None, description="Why the baseline failed, if it did.")
+
+
+class TrialStatus(CamelModel):
+    """One trial, compact: its configuration is stored as the knobs that differ from the baseline."""
+
+    id: str = Field(description="Trial id (baseline, t1, t2, ..., c1 for confirmation runs); part of pod names.")
+    kind: Literal["baseline", "search", "confirm"] = Field("search", description="Why the trial ran.")
+    of: Optional[str] = Field(None, description="Confirmation runs: the id of the trial being confirmed.")
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Knob path -> value for every knob that differs from the baseline (empty = the baseline).",
+    )
+    gpus: int = Field(0, ge=0, description="GPUs the configuration uses.")
+    steps: int = Field(0, ge=0, description="RL steps the trial runs (warm-up included).")
+    predicted_seconds: Optional[float] = Field(None, description="Forecast seconds per step before the trial ran.")
+    predicted_std: Optional[float] = Field(None, description="Forecast standard deviation, seconds.")
+    measured_seconds: Optional[float] = Field(None, description="Measured mean seconds per step (warm-up excluded).")
+    objective: Optional[float] = Field(None, description="Measured objective value (seconds or GPU-seconds per step).")
+    state: TrialState = Field("Pending", description="Pending, Running, Scoring, Succeeded, Rejected, Failed, ...")
+    reason: Optional[str] = Field(None, description="Why the trial ended as it did (failure reason, failed gate).")
+    gates: Optional[dict[str, bool]] = Field(None, description="Quality gate name -> passed.")
+    summary: Optional[dict[str, float]] = Field(
+        None, description="Flat numeric summary of the measured steps (the tuner's TrialSummary)."
+    )
+    created_at: Optional[str] = Field(None, description="When the operator recorded the trial (RFC 3339).")
+    started_at: Optional[str] = Field(None, description="When all of its pods were first seen scheduled (RFC 3339).")
+    finished_at: Optional[str] = Field(None, description="When its rank-0 pod finished or it was torn down (RFC 3339).")
+
+
+class BestStatus(CamelModel):
+    """The winning configuration."""
+
+    trial: str = Field(description="Id of the winning trial.")
+    config: dict[str, Any] = Field(default_factory=dict, description="Knob path -> value changed from the baseline.")
+    step_seconds: float = Field(description="Measured seconds per RL step (the confirmation run, when there is one).")
+    speedup: float = Field(description="Baseline step time / best step time.")
+    gpus: int = Field(description="GPUs the winning configuration uses.")
+    gpu_seconds_per_step: float = Field(description="GPUs x seconds per step.")
+    confirmed: bool = Field(False, description="Whether a longer confirmation run reproduced the result.")
+    overrides: list[str] = Field(
+        default_factory=list, description="The winning knobs rendered as key=value overrides for the framework."
+    )
+
+
+class RLTuningJobStatus(CamelModel):
+    observed_generation: Optional[int] = Field(None, description="metadata.generation the operator last acted on.")
+    phase: Phase = Field("Pending", description="Pending, Validating, Profiling, Searching, Confirming, Succeeded or Failed.")
+    message: Optional[str] = Field(None, description="One line on what the job is doing or how it ended.")
+    conditions: list[Condition] = Field(default_factory=list, description="metav1.Conditions of the job.")
+    baseline: Optional[BaselineStatus] = Field(None, description="The measured baseline profile.")
+    trials: list[TrialStatus] = Field(default_factory=list, max_length=400, description="Every trial, compact, in order.")
+    best: Optional[BestStatus] = Field(None, description="The winning configuration, once there is one.")
+    forecast_error: Optional[float] = Field(
+        None, description="Median relative error of the step-time forecasts of finished trials."
+    )
+    trials_done: str = Field("0/0", description="Finished search trials / budget.maxTrials, e.g. 5/12.")
+    trials_failed: int = Field(0, ge=0, description="Search trials that failed (not merely rejected).")
+    speedup: Optional[str] = Field(None, description="Best speed-up over the baseline, for display, e.g. 2.31x.")
+    next_trial: int = Field(1, ge=1, description="Sequence number of the next trial id.")
+    started_at: Optional[str] = Field(None, description="When the operator first acted on the job (RFC 3339).")
+    completed_at: Optional[str] = Field(None, description="When the job reached Succeeded or Failed (RFC 3339).")
