@@ -1,0 +1,122 @@
+"""Hidden per-hardware efficiency factors of the simulated cluster (the twin's "truth").
+
+These never leave the twin: the forecaster in rltune.tuner must learn its own corrections from
+measurements. One set of factors per hardware family (not per calibration row); values were fitted by
+bench/calibrate.py against the published measurements of shared/REFERENCE.md sections 1, 3 and 4
+(see docs/calibration.md). A job's `workload.scenario` may override any of them (docs/twin.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    # --- rollout (vLLM) -------------------------------------------------------------------
+    hbm: float = 0.80  # achieved fraction of HBM bandwidth in decode (REFERENCE 1: ~90% microbench)
+    decode_compute: float = 0.45  # fraction of peak FLOPs reached by decode GEMMs/attention
+    prefill_mfu: float = 0.55  # fraction of peak FLOPs reached by (chunked) prefill
+    sched_overhead: float = 0.0006  # s of engine CPU work per iteration (scheduler, sampling)
+    sched_per_seq: float = 3e-6  # s of engine CPU work per running sequence per iteration
+    launch_overhead: float = 4e-6  # s per kernel launch without CUDA graphs (enforce_eager)
+    kernels_per_layer: int = 14  # kernels per layer in one decode iteration
+    graph_max_batch: int = 512  # largest batch with a captured CUDA graph (vLLM default)
+    activation_reserve: float = 0.04  # fraction of HBM vLLM reserves for activations / graphs
+    # --- collectives -------------------------------------------------------------------------
+    nvlink: float = 0.70  # achieved fraction of NVLink bandwidth in collectives
+    nic: float = 0.60  # achieved fraction of scale-out bandwidth (DeepEP over RDMA ~45-58 of 100 GB/s)
+    allreduce_latency: float = 8e-6  # s per small all-reduce inside a node
+    a2a_latency: float = 15e-6  # s per expert-parallel all-to-all
+    # --- training (Megatron/FSDP) ------------------------------------------------------------
+    train_mfu: float = 0.45  # MFU of big bf16 training GEMMs at ideal shapes
+    fwd_ratio: float = 0.60  # efficiency of forward-only log-prob passes relative to training
+    moe_gemm_tokens: float = 256.0  # tokens per local expert at which grouped GEMMs reach half speed
+    mb_half_tokens: float = 1024.0  # micro-batch tokens at which GEMM efficiency halves
+    fsdp_overlap: float = 0.7  # fraction of data-parallel gradient traffic hidden behind backward
+    tp_overlap: float = 0.5  # fraction of TP traffic hidden behind GEMMs
+    pcie_bw: float = 25e9  # bytes/s host<->device per GPU (offload, sleep/wake)
+    cpu_adam_params_per_s: float = 1.5e9  # parameters per second per GPU of a CPU Adam step
+    mini_batches: int = 4  # optimizer steps (PPO mini-batches) per RL step: each is a pipeline flush
+    # --- weight sync ---------------------------------------------------------------------------
+    ckpt_engine_eff: float = 0.235  # checkpoint-engine fraction of NIC bandwidth (verl: 30B 16->16 in 4.38 s)
+    nccl_sync_ratio: float = 0.6  # NCCL broadcast bandwidth relative to checkpoint-engine
+    disk_bw: float = 2.5e9  # bytes/s per node to/from shared storage
+    colocated_sync_fixed: float = 1.5  # s fixed cost of a local resharding sync
+    switch_fixed: float = 3.0  # s fixed cost of a colocated rollout<->train switch (sleep/wake)
+    # --- workload ----------------------------------------------------------------------------
+    tool_latency: float = 20.0  # s mean tool latency per turn when the task gives none
+    tool_cv: float = 1.0
+    obs_tokens: float = 1200.0  # mean tool-observation tokens appended per turn
+    turns: float = 20.0  # mean turns per episode when the task gives none
+    sandboxes: int = 512  # concurrent sandboxes when the task gives none
+    prefix_caching: bool = True  # vLLM V1 default: re-use KV of earlier turns while cached
+    warmup_gen_seconds: float = 25.0  # CUDA-graph capture / compile cost of the first step
+    warmup_train_factor: float = 1.15
+    # --- noise ---------------------------------------------------------------------------------
+    noise: float = 0.025  # lognormal sigma of step-to-step speed noise
+    straggler_prob: float = 0.02  # probability a node straggles in a step
+    straggler_slowdown: float = 0.25  # mean extra slowdown of a straggling node
+    # --- quality -------------------------------------------------------------------------------
+    reward_start: float = 0.30
+    reward_gain: float = 0.25
+    reward_tau: float = 25.0  # steps of the learning curve
+    reward_noise: float = 0.01
+    mismatch_bf16: float = 0.005
+    mismatch_fp8: float = 0.035
+    mismatch_per_staleness: float = 0.012
+    extra: dict = field(default_factory=dict)
+
+
+# Per-hardware truth. Hopper parts reach a higher fraction of their (lower) peaks; H20 is so
+# compute-starved that its GEMMs run near peak while its HBM is plentiful.
+HARDWARE: dict[str, dict[str, Any]] = {
+    "H100": dict(hbm=0.82, decode_compute=0.50, prefill_mfu=0.60, train_mfu=0.50),
+    "H200": dict(hbm=0.82, decode_compute=0.50, prefill_mfu=0.60, train_mfu=0.50),
+    "H20": dict(hbm=0.80, decode_compute=0.70, prefill_mfu=0.75, train_mfu=0.70),
+    "B200": dict(hbm=0.78, decode_compute=0.45, prefill_mfu=0.55, train_mfu=0.42),
+    "B300": dict(hbm=0.78, decode_compute=0.45, prefill_mfu=0.55, train_mfu=0.42),
+    "GB200": dict(hbm=0.80, decode_compute=0.45, prefill_mfu=0.55, train_mfu=0.44),
+    "GB300": dict(hbm=0.80, decode_compute=0.45, prefill_mfu=0.55, train_mfu=0.44),
+    "CPU": dict(),
+}
+
+# Scenario keys (docs/twin.md) that are aliases or scale factors rather than field names.
+ALIASES = {
+    "hbm_efficiency": "hbm",
+    "comm_efficiency": None,  # scales nvlink and nic
+    "mfu_scale": None,  # scales train_mfu, prefill_mfu and decode_compute
+    "noise": "noise",
+}
+
+
+def efficiency(gpu_type: str, scenario: Optional[dict] = None) -> Efficiency:
+    base = dict(HARDWARE.get(gpu_type, {}))
+    fields = {f.name for f in dataclasses.fields(Efficiency)}
+    extra = {}
+    scale_mfu = 1.0
+    scale_comm = 1.0
+    for k, v in (scenario or {}).items():
+        if k == "mfu_scale":
+            scale_mfu = float(v)
+        elif k == "comm_efficiency":
+            scale_comm = float(v)
+        elif k in ALIASES and ALIASES[k]:
+            base[ALIASES[k]] = v
+        elif k in fields and k != "extra":
+            base[k] = v
+        else:
+            extra[k] = v
+    eff = Efficiency(**base, extra=extra)
+    if scale_mfu != 1.0 or scale_comm != 1.0:
+        eff = dataclasses.replace(
+            eff,
+            train_mfu=min(0.95, eff.train_mfu * scale_mfu),
+            prefill_mfu=min(0.95, eff.prefill_mfu * scale_mfu),
+            decode_compute=min(0.95, eff.decode_compute * scale_mfu),
+            nvlink=min(0.98, eff.nvlink * scale_comm),
+            nic=min(0.98, eff.nic * scale_comm),
+        )
+    return eff

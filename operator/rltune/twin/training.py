@@ -1,0 +1,192 @@
+"""Training side of one RL step: old/ref log-prob passes and the policy update (Megatron-style).
+
+FLOPs per token (REFERENCE 3): training 6*N_active + 6*L*s*d_q (s = token-weighted sequence length,
+causal), forward-only log-prob passes 2*N_active + 2*L*s*d_q each; full recompute adds a forward.
+Achieved MFU = hardware MFU x micro-batch GEMM efficiency x TP/CP shape factors, plus explicit
+TP/EP/DP communication, the pipeline bubble (PP-1)/m per optimizer step, and offload transfers.
+Memory per GPU: Megatron distributed optimizer 6 + 12/d bytes per parameter (params and grads
+replicated over data parallel, optimizer state sharded), activations per layer (Korthikanti et al.,
+with flash attention: no s^2 term) and the fp32 logits of one micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rltune.api.hardware import GiB, gpu as gpu_spec
+from rltune.api.models import ModelArch, RLConfig
+
+from .efficiency import Efficiency
+from .errors import Infeasible
+
+
+@dataclass
+class TrainCost:
+    old_logprob: float
+    ref_logprob: float
+    training: float
+    mem_gib: float
+    avail_gib: float
+    resident_gib: float  # trainer bytes per GPU that stay resident while colocated rollouts run
+    params_gib: float  # bf16 weights per GPU (for switches)
+    mfu: float  # achieved model FLOPs utilisation of the update
+
+
+def _check_layout(model: ModelArch, g_t: int, cfg: RLConfig) -> tuple[int, int]:
+    tr = cfg.trainer
+    ep = tr.ep if model.is_moe else 1
+    mp = tr.tp * tr.pp * tr.cp
+    if g_t % mp:
+        raise Infeasible(f"trainer layout invalid: {g_t} trainer GPUs not divisible by tp*pp*cp = {mp}")
+    if model.heads % tr.tp or (model.kv_heads % tr.tp and tr.tp % model.kv_heads):
+        raise Infeasible(f"trainer layout invalid: tp {tr.tp} does not divide {model.heads} attention heads")
+    if tr.pp > model.layers:
+        raise Infeasible(f"trainer layout invalid: pp {tr.pp} exceeds {model.layers} layers")
+    etp = tr.tp
+    if model.is_moe:
+        per_stage = g_t // tr.pp
+        if per_stage % (ep * tr.tp):
+            etp = 1  # expert tensor parallel 1: experts sharded only by EP (Megatron ETP=1)
+        if model.experts % ep or per_stage % (ep * etp):
+            raise Infeasible(
+                f"trainer layout invalid: ep {ep} must divide {model.experts} experts and the "
+                f"{per_stage} GPUs per pipeline stage"
+            )
+    return ep, etp, g_t // mp
+
+
+def train_cost(model: ModelArch, seq_lens: np.ndarray, gpu_type: str, gpus_per_node: int, g_t: int,
+               cfg: RLConfig, eff: Efficiency, reference: bool) -> TrainCost:
+    g = gpu_spec(gpu_type)
+    tr = cfg.trainer
+    ep, etp, dp = _check_layout(model, g_t, cfg)
+    tp, pp, cp = tr.tp, tr.pp, tr.cp
+    total, active = model.params()
+    h, L = model.hidden, model.layers
+    seqs = seq_lens.astype(np.float64)
+    T = float(seqs.sum())
+    s_eff = float((seqs * seqs).sum() / T)
+    s_max = float(seqs.max())
+    dq = model.heads * model.head_dim
+    attn_fwd = 2.0 * L * dq * s_eff
+    fwd_tok = 2.0 * active + attn_fwd
+    extra = {"none": 0.0, "selective": attn_fwd, "full": fwd_tok}[tr.recompute]
+    train_tok = 3.0 * fwd_tok + extra
+    peak = g.bf16_tflops * 1e12
+
+    # Micro-batches: dynamic batch size packs sequences up to microBatchTokens per GPU (x cp per
+    # context-parallel group); a longer sequence forms its own micro-batch.
+    mb = float(tr.micro_batch_tokens)
+    per_gpu_seq = s_eff / cp
+    mb_eff = max(0.9 * mb, min(per_gpu_seq, s_max / cp)) if per_gpu_seq > 0.9 * mb else 0.9 * mb
+    f_mb = mb_eff / (mb_eff + eff.mb_half_tokens)
+    f_tp = 1.0 / (1.0 + 0.03 * (tp - 1))
+    f_cp = 1.0 / (1.0 + 0.04 * (cp - 1))
+    mfu = eff.train_mfu * f_mb * f_tp * f_cp
+    # MoE grouped GEMMs: tokens per local expert per micro-batch.
+    expert_frac = 0.0
+    f_moe = 1.0
+    if model.is_moe:
+        routed_active = model.moe_layers() * model.active_experts * 3 * h * model.expert_ffn
+        expert_frac = routed_active / active
+        x = mb_eff * model.active_experts * ep / model.experts
+        f_moe = x / (x + eff.moe_gemm_tokens)
+    slow = (1.0 - expert_frac) + expert_frac / f_moe
+
+    intra = min(gpus_per_node, g.nvlink_domain)
+    nvl = g.nvlink_bw * eff.nvlink
+    nic = g.nic_bw * eff.nic
+    tok_per_group = T / (dp * cp)
+
+    def comm(passes: float) -> float:
+        """TP + EP + CP communication seconds per GPU for `passes` forward-equivalents."""
+        c = 0.0
+        if tp > 1:
+            link = nvl if tp <= intra else nic
+            c += tok_per_group * (L / pp) * 4 * h * 2 * (tp - 1) / tp / link * passes * (1 - eff.tp_overlap)
+        if model.is_moe and ep > 1:
+            link = nvl if ep * tp <= intra else nic
+            c += (tok_per_group / tp) * (model.moe_layers() / pp) * 2 * model.active_experts * h * 2 \
+                * (ep - 1) / ep / link * passes * 0.7
+        if cp > 1:
+            link = nvl if tp * cp <= intra else nic
+            kvb = model.kv_bytes_per_token() / L
+            c += tok_per_group * (L / pp) * kvb * (cp - 1) / cp / link * passes * 0.2
+        return c
+
+    def bubble(mbs_per_flush: float, flushes: int, fwd_only: bool) -> float:
+        if pp == 1:
+            return 1.0
+        m = max(1.0, mbs_per_flush)
+        return 1.0 + (pp - 1) / m
+
+    # Update: mini_batches optimizer steps, each a pipeline flush.
+    nmb = max(1, eff.mini_batches)
+    m_per_flush = tok_per_group / nmb / mb_eff
+    compute = T * train_tok * slow / (g_t * peak * mfu)
+    train_passes = 3.0 + (1.0 if tr.recompute == "full" else 0.0)
+    t_train = (compute + comm(train_passes)) * bubble(m_per_flush, nmb, False)
+    # Data-parallel gradient reduce-scatter + param all-gather per optimizer step.
+    p_dense = total - (model.moe_layers() * model.experts * 3 * h * model.expert_ffn if model.is_moe else 0.0)
+    p_exp = total - p_dense
+    p_gpu = p_dense / (tp * pp) + p_exp / (ep * etp * pp)
+    if dp > 1:
+        link = nvl if g_t <= intra else nic
+        t_dp = p_gpu * 6.0 * (dp - 1) / dp / link
+        t_train += nmb * t_dp * (1 - eff.fsdp_overlap)
+    # Optimizer step (+ offload traffic and CPU Adam).
+    d_dense = g_t / (tp * pp)
+    d_exp = g_t / (etp * pp * ep)
+    shard = p_dense / (tp * pp) / d_dense + p_exp / (ep * etp * pp) / d_exp
+    if tr.offload:
+        t_train += nmb * (shard / eff.cpu_adam_params_per_s + shard * 6.0 / eff.pcie_bw
+                          + p_gpu * 2.0 * 2 / eff.pcie_bw)
+    else:
+        t_train += nmb * shard * 16.0 * 2 / (g.hbm_bw * eff.hbm)
+
+    # Forward-only log-prob passes (bigger micro-batches: verl uses 3x the train token budget).
+    fwd_mfu = mfu * eff.fwd_ratio * ((3 * mb_eff) / (3 * mb_eff + eff.mb_half_tokens)) / f_mb
+    t_fwd = T * fwd_tok * slow / (g_t * peak * fwd_mfu) + comm(1.0)
+    t_fwd *= bubble(tok_per_group / (3 * mb_eff), 1, True)
+    if tr.offload:
+        t_fwd += p_gpu * 2.0 / eff.pcie_bw
+    t_old = t_fwd
+    t_ref = t_fwd if reference else 0.0
+
+    # Memory per GPU.
+    if tr.offload:
+        state = p_gpu * 4.0
+    else:
+        state = (p_dense / (tp * pp)) * (6.0 + 12.0 / d_dense) + (p_exp / (ep * etp * pp)) * (6.0 + 12.0 / d_exp)
+    act_tok = max(mb, s_max / cp)
+    f_act = model.ffn if not model.is_moe else (model.active_experts + model.shared_experts) * model.expert_ffn * 1.2
+    per_layer_tok = (17.0 * h + 6.0 * f_act) / tp
+    if tr.recompute == "none":
+        act = L * act_tok * per_layer_tok
+    elif tr.recompute == "selective":
+        act = L * act_tok * per_layer_tok * 0.8
+    else:
+        act = L * act_tok * 2.0 * h / tp + act_tok * per_layer_tok
+    logits = act_tok * model.vocab / tp * 4.0 * 2
+    if pp > 1:
+        act_logits = max(act, logits + act / pp)
+    else:
+        act_logits = act + logits
+    need = (state + act_logits) * 1.05 + 3.0 * GiB
+    avail = g.hbm_bytes
+    if need > avail:
+        raise Infeasible(
+            f"CUDA out of memory: trainer needs {need / GiB:.0f} GiB/GPU, {avail / GiB:.0f} GiB available "
+            f"(params+grads+optimizer {state / GiB:.0f} GiB, activations {act / GiB:.0f} GiB, "
+            f"logits {logits / GiB:.0f} GiB; raise tp/pp/cp, lower microBatchTokens, recompute or offload)",
+            oom=True,
+        )
+    resident = 0.0 if tr.offload else p_gpu * 2.0
+    achieved = T * 6.0 * active / (g_t * peak * t_train) if t_train > 0 else 0.0
+    return TrainCost(
+        old_logprob=t_old, ref_logprob=t_ref, training=t_train, mem_gib=need / GiB, avail_gib=avail / GiB,
+        resident_gib=resident / GiB, params_gib=p_gpu * 2.0 / GiB, mfu=achieved,
+    )

@@ -1,0 +1,153 @@
+"""Workload sampling: response lengths (long-tailed lognormal), agentic episodes (turns, tool latency).
+
+Lengths: lognormal with the task's mean (default max/4) and coefficient of variation (default 1.0),
+clipped at the maximum (REFERENCE 5: DAPO responses are long-tailed; the max of 16 samples is ~5x
+the mean). `stratified=True` gives a deterministic, noise-free sample (quantiles of the
+distribution in a fixed shuffled order): the expectation used by `simulate_step_time`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from rltune.api.models import TaskSpec
+
+from .efficiency import Efficiency
+
+_FIXED_PERM_SEED = 20240611
+
+
+def _std_normal(n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
+    if rng is None:
+        # Deterministic quantiles of N(0,1) in a fixed shuffled order.
+        from statistics import NormalDist
+
+        q = (np.arange(n) + 0.5) / n
+        nd = NormalDist()
+        z = np.array([nd.inv_cdf(float(x)) for x in q]) if n <= 64 else _fast_probit(q)
+        perm = np.random.default_rng(_FIXED_PERM_SEED + n).permutation(n)
+        return z[perm]
+    return rng.standard_normal(n)
+
+
+def _fast_probit(q: np.ndarray) -> np.ndarray:
+    # Acklam's rational approximation of the inverse normal CDF (|error| < 1.2e-9).
+    a = [-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
+         -3.066479806614716e01, 2.506628277459239e00]
+    b = [-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
+         -1.328068155288572e01]
+    c = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
+         4.374664141464968e00, 2.938163982698783e00]
+    d = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00]
+    plow = 0.02425
+    out = np.empty_like(q)
+    lo = q < plow
+    hi = q > 1 - plow
+    mid = ~(lo | hi)
+    ql = np.sqrt(-2 * np.log(q[lo]))
+    out[lo] = (((((c[0] * ql + c[1]) * ql + c[2]) * ql + c[3]) * ql + c[4]) * ql + c[5]) / (
+        (((d[0] * ql + d[1]) * ql + d[2]) * ql + d[3]) * ql + 1)
+    qh = np.sqrt(-2 * np.log(1 - q[hi]))
+    out[hi] = -(((((c[0] * qh + c[1]) * qh + c[2]) * qh + c[3]) * qh + c[4]) * qh + c[5]) / (
+        (((d[0] * qh + d[1]) * qh + d[2]) * qh + d[3]) * qh + 1)
+    qm = q[mid] - 0.5
+    r = qm * qm
+    out[mid] = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * qm / (
+        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    return out
+
+
+def lognormal(n: int, mean: float, cv: float, lo: float, hi: float,
+              rng: Optional[np.random.Generator]) -> np.ndarray:
+    """n lognormal draws with the given (unclipped) mean and CV, clipped to [lo, hi], as ints."""
+    s2 = math.log1p(cv * cv)
+    mu = math.log(max(mean, 1.0)) - s2 / 2
+    x = np.exp(mu + math.sqrt(s2) * _std_normal(n, rng))
+    return np.clip(np.rint(x), lo, hi).astype(np.int64)
+
+
+@dataclass
+class Episodes:
+    """Rollout work of one step. Single-turn tasks have one turn per episode."""
+
+    prompt: np.ndarray  # initial prompt tokens per episode
+    turn_gen: list  # per episode: list of generated tokens per turn (single turn: one element)
+    turn_obs: Optional[list] = None  # per episode: observation tokens appended after each turn
+    turn_tool: Optional[list] = None  # per episode: tool seconds after each turn
+    multi: bool = False
+
+    def __len__(self) -> int:
+        return len(self.prompt)
+
+
+def max_model_len(task: TaskSpec) -> int:
+    return task.max_prompt_tokens + task.max_response_tokens
+
+
+def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Generator],
+                    batches: int = 1) -> Episodes:
+    n = task.prompts_per_step * task.samples_per_prompt * batches
+    cv = task.response_length_cv or eff.extra.get("length_cv", 1.0)
+    mean = task.mean_response_tokens or task.max_response_tokens / 4
+    prompt_mean = eff.extra.get("prompt_mean_tokens", max(64.0, task.max_prompt_tokens / 4))
+    prompts_per = lognormal(task.prompts_per_step * batches, prompt_mean, 0.5, 16, task.max_prompt_tokens, rng)
+    prompt = np.repeat(prompts_per, task.samples_per_prompt)
+    if task.kind != "agentic-coding":
+        gen = lognormal(n, mean, cv, 1, task.max_response_tokens, rng)
+        return Episodes(prompt=prompt, turn_gen=gen.tolist())
+    # Agentic coding: geometric turns (CV ~ 1), per-turn generation, observations and tool latency.
+    turns_mean = float(task.turns or eff.turns)
+    tool_mean = float(task.tool_latency_seconds if task.tool_latency_seconds is not None else eff.tool_latency)
+    limit = max_model_len(task)
+    if rng is None:
+        q = (np.arange(n) + 0.5) / n
+        q = q[np.random.default_rng(_FIXED_PERM_SEED).permutation(n)]
+        p = 1.0 / max(turns_mean, 1.0)
+        turns = np.maximum(1, np.ceil(np.log1p(-q) / math.log1p(-p) if p < 1 else np.ones(n))).astype(int)
+    else:
+        turns = rng.geometric(1.0 / max(turns_mean, 1.0), n) if turns_mean > 1 else np.ones(n, int)
+    turns = np.minimum(turns, int(max(1, 4 * turns_mean)))
+    total = int(turns.sum())
+    per_turn_mean = mean / turns_mean
+    gens = lognormal(total, per_turn_mean, cv, 1, task.max_response_tokens, rng)
+    obs = lognormal(total, eff.obs_tokens, 1.0, 0, limit, rng)
+    tools = np.zeros(total)
+    if tool_mean > 0:
+        s2 = math.log1p(eff.tool_cv ** 2)
+        z = _std_normal(total, rng)
+        tools = np.exp(math.log(tool_mean) - s2 / 2 + math.sqrt(s2) * z)
+    tg, to, tt = [], [], []
+    pos = 0
+    for e in range(n):
+        k = int(turns[e])
+        g = gens[pos:pos + k].tolist()
+        o = obs[pos:pos + k].tolist()
+        tl = tools[pos:pos + k].tolist()
+        pos += k
+        # Truncate the episode at the context limit / the response budget.
+        ctx = int(prompt[e])
+        budget = task.max_response_tokens
+        gg, oo, ttl = [], [], []
+        for j in range(k):
+            gj = min(g[j], budget, limit - ctx - 1)
+            if gj <= 0:
+                break
+            gg.append(gj)
+            budget -= gj
+            ctx += gj
+            oj = min(o[j], max(0, limit - ctx - 1))
+            oo.append(oj)
+            ttl.append(tl[j])
+            ctx += oj
+            if budget <= 0 or ctx >= limit - 1:
+                break
+        if not gg:
+            gg, oo, ttl = [1], [0], [tl[0] if tl else 0.0]
+        tg.append(gg)
+        to.append(oo)
+        tt.append(ttl)
+    return Episodes(prompt=prompt, turn_gen=tg, turn_obs=to, turn_tool=tt, multi=True)
