@@ -1,0 +1,82 @@
+"""The Kubernetes side of the reconciler: the job, its status, trial pods and services."""
+
+from __future__ import annotations
+
+import logging
+from typing import Optional
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from ..api.crdgen import GROUP, PLURAL, VERSION
+from . import pods as P
+from .reconcile import Conflict
+
+log = logging.getLogger("rltune.controller")
+
+
+class KubeCluster:
+    def __init__(self, api_client: Optional[client.ApiClient] = None):
+        self.api = api_client or client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def get_job(self, namespace: str, name: str) -> Optional[dict]:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+
+    def write_status(self, job: dict, status: dict) -> dict:
+        md = job["metadata"]
+        body = {"apiVersion": job["apiVersion"], "kind": job["kind"],
+                "metadata": {"name": md["name"], "namespace": md["namespace"],
+                             "resourceVersion": md["resourceVersion"]},
+                "spec": job.get("spec", {}), "status": status}
+        try:
+            return self.custom.replace_namespaced_custom_object_status(
+                GROUP, VERSION, md["namespace"], PLURAL, md["name"], body)
+        except ApiException as e:
+            if e.status == 409:
+                raise Conflict() from e
+            raise
+
+    def list_trial_pods(self, namespace: str, job: str) -> list[dict]:
+        res = self.core.list_namespaced_pod(namespace, label_selector=f"{P.LABEL_JOB}={job}")
+        return [self.api.sanitize_for_serialization(p) for p in res.items]
+
+    def create(self, manifest: dict) -> bool:
+        ns = manifest["metadata"]["namespace"]
+        try:
+            if manifest["kind"] == "Pod":
+                self.core.create_namespaced_pod(ns, manifest)
+            elif manifest["kind"] == "Service":
+                self.core.create_namespaced_service(ns, manifest)
+            else:
+                raise ValueError(manifest["kind"])
+            return True
+        except ApiException as e:
+            if e.status == 409:
+                return False
+            raise
+
+    def delete_trial(self, namespace: str, job: str, trial: str) -> None:
+        sel = f"{P.LABEL_JOB}={job},{P.LABEL_TRIAL}={trial}"
+        try:
+            pods = self.core.list_namespaced_pod(namespace, label_selector=sel).items
+            for p in pods:
+                if p.metadata.deletion_timestamp is None:
+                    try:
+                        self.core.delete_namespaced_pod(p.metadata.name, namespace, grace_period_seconds=5)
+                    except ApiException as e:
+                        if e.status != 404:
+                            raise
+            try:
+                self.core.delete_namespaced_service(P.service_name(job, trial), namespace)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+        except ApiException as e:
+            log.warning("tearing down %s/%s trial %s: %s", namespace, job, trial, e.reason)

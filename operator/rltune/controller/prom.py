@@ -1,0 +1,72 @@
+"""Read a trial's per-step metrics from Prometheus (HTTP API, PromQL) and delete Pushgateway groups.
+
+A trial is judged only on what it exported: the operator rebuilds the StepRecords with the metrics
+contract's records_from_samples from one instant query per trial.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Optional
+from urllib.parse import quote
+
+import requests
+
+from ..api.metrics import PUSH_JOB, STEP_METRICS, StepRecord, name, records_from_samples
+
+DEFAULT_PROMETHEUS = "http://127.0.0.1:19090"
+DEFAULT_PUSHGATEWAY = "http://127.0.0.1:19091"
+
+
+def prometheus_url(spec_url: Optional[str]) -> str:
+    return (spec_url or os.environ.get("RLTUNE_PROMETHEUS_URL") or DEFAULT_PROMETHEUS).rstrip("/")
+
+
+def pushgateway_url(spec_url: Optional[str]) -> str:
+    return (spec_url or os.environ.get("RLTUNE_PUSHGATEWAY_URL") or DEFAULT_PUSHGATEWAY).rstrip("/")
+
+
+def _q(v: str) -> str:
+    return v.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def trial_query(namespace: str, job: str, trial: str, overrides: Optional[dict[str, str]] = None) -> str:
+    names = sorted({name(c, overrides) for c in STEP_METRICS})
+    regex = "|".join(re.escape(n) for n in names)
+    return (f'{{__name__=~"{_q(regex)}", namespace="{_q(namespace)}", rltune_job="{_q(job)}", '
+            f'trial="{_q(trial)}"}}')
+
+
+class MetricsError(RuntimeError):
+    pass
+
+
+def query_trial(prom: str, namespace: str, job: str, trial: str,
+                overrides: Optional[dict[str, str]] = None, timeout: float = 10.0) -> list[StepRecord]:
+    """Every step the trial has reported so far (warm-up steps included, flagged)."""
+    try:
+        r = requests.get(f"{prom}/api/v1/query", params={"query": trial_query(namespace, job, trial, overrides)},
+                         timeout=timeout)
+        r.raise_for_status()
+        body = r.json()
+    except (requests.RequestException, ValueError) as e:
+        raise MetricsError(f"Prometheus at {prom} unreachable: {e}") from e
+    if body.get("status") != "success":
+        raise MetricsError(f"Prometheus query failed: {body.get('error', body)}")
+    samples = []
+    for series in body["data"]["result"]:
+        labels = dict(series["metric"])
+        metric = labels.pop("__name__", "")
+        samples.append((metric, labels, float(series["value"][1])))
+    return records_from_samples(samples, overrides)
+
+
+def delete_group(pgw: str, namespace: str, job: str, trial: str, timeout: float = 5.0) -> bool:
+    path = "/".join(f"{k}/{quote(v, safe='')}" for k, v in
+                    (("job", PUSH_JOB), ("namespace", namespace), ("rltune_job", job), ("trial", trial)))
+    try:
+        r = requests.delete(f"{pgw}/metrics/{path}", timeout=timeout)
+        return r.status_code in (200, 202, 404)
+    except requests.RequestException:
+        return False
