@@ -1,0 +1,132 @@
+"""`python -m rltune.trial [--spec FILE]`: run one trial and export rltune's metrics.
+
+The TrialSpec comes from --spec FILE (JSON or YAML) or env RLTUNE_TRIAL_SPEC (JSON). Env
+RLTUNE_PUSHGATEWAY_URL and RLTUNE_METRICS_PORT override the spec's fields. mode twin runs the
+digital twin (simulated seconds; RLTUNE_TWIN_SECONDS_PER_STEP adds wall time per step so a running
+trial can be observed); mode real runs rltune.grpo.run(spec, emit).
+
+Exit codes: 0 success; 137 CUDA out of memory (like an OOM-killed container); 1 other failures,
+with exactly one line `rltune-trial: <reason>` on stderr. The final push carries trial_state 1 or 2
+(and the reason in trial_info's `reason` label).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Optional
+
+from rltune.api.models import TrialSpec
+
+from .exporter import TrialExporter
+
+EXIT_OOM = 137
+EXIT_FAIL = 1
+
+
+def load_spec(path: Optional[str]) -> TrialSpec:
+    if path:
+        with open(path) as f:
+            text = f.read()
+        if path.endswith((".yaml", ".yml")):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+    else:
+        raw = os.environ.get("RLTUNE_TRIAL_SPEC")
+        if not raw:
+            raise ValueError("no trial spec: pass --spec FILE or set RLTUNE_TRIAL_SPEC")
+        data = json.loads(raw)
+    spec = TrialSpec.model_validate(data)
+    updates = {}
+    if os.environ.get("RLTUNE_PUSHGATEWAY_URL"):
+        updates["pushgateway_url"] = os.environ["RLTUNE_PUSHGATEWAY_URL"]
+    if os.environ.get("RLTUNE_METRICS_PORT"):
+        updates["metrics_port"] = int(os.environ["RLTUNE_METRICS_PORT"])
+    return spec.model_copy(update=updates) if updates else spec
+
+
+def _gpus(spec: TrialSpec) -> int:
+    if spec.config.gpus:
+        return spec.config.gpus
+    if spec.mode == "twin":
+        from rltune.twin.core import DEFAULT_GPUS
+
+        return int((spec.scenario or {}).get("gpus", DEFAULT_GPUS))
+    return 0
+
+
+def run_trial(spec: TrialSpec, exporter: TrialExporter) -> None:
+    """Run the trial's steps, recording each one; raise on failure."""
+    if spec.mode == "twin":
+        from rltune.twin import simulate_trial
+
+        per_step = float(os.environ.get("RLTUNE_TWIN_SECONDS_PER_STEP", "0") or 0)
+        for rec in simulate_trial(spec):
+            if per_step > 0:
+                time.sleep(per_step)
+            exporter.record(rec)
+    else:
+        from rltune import grpo  # lazy: torch/vLLM only in real mode
+
+        grpo.run(spec, exporter.record)
+
+
+def main(argv: Optional[list] = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m rltune.trial", description=__doc__.splitlines()[0])
+    ap.add_argument("--spec", help="TrialSpec file (JSON or YAML); default: env RLTUNE_TRIAL_SPEC")
+    args = ap.parse_args(argv)
+    exporter = None
+    try:
+        spec = load_spec(args.spec)
+        bind = os.environ.get("RLTUNE_METRICS_BIND", "0.0.0.0")
+        exporter = TrialExporter(spec.namespace, spec.job, spec.trial, mode=spec.mode,
+                                 pushgateway_url=spec.pushgateway_url, metrics_port=spec.metrics_port, bind=bind)
+        exporter.serve()
+        exporter.set_gpus(_gpus(spec))
+        exporter.push(force=True)
+        run_trial(spec, exporter)
+        exporter.finish(ok=True)
+        print(f"rltune-trial: {spec.namespace}/{spec.job}/{spec.trial} done", flush=True)
+        _linger()
+        return 0
+    except BaseException as e:  # noqa: BLE001 - every failure must end in one line and a final push
+        if isinstance(e, SystemExit) and e.code in (0, None):
+            raise
+        reason, code = _classify(e)
+        print(f"rltune-trial: {reason}", file=sys.stderr, flush=True)
+        if exporter is not None:
+            try:
+                exporter.finish(ok=False, reason=reason)
+            except Exception:
+                pass
+            _linger()
+        return code
+
+
+def _classify(e: BaseException) -> tuple[str, int]:
+    from rltune.twin.errors import Infeasible
+
+    if isinstance(e, KeyboardInterrupt):
+        return "interrupted", EXIT_FAIL
+    msg = " ".join(str(e).split()) or type(e).__name__
+    if isinstance(e, Infeasible):
+        return msg, EXIT_OOM if e.oom else EXIT_FAIL
+    low = msg.lower()
+    if "out of memory" in low or type(e).__name__ in ("OutOfMemoryError", "MemoryError"):
+        return msg if "out of memory" in low else f"out of memory: {msg}", EXIT_OOM
+    if type(e).__name__ in ("ValidationError", "ValueError", "JSONDecodeError"):
+        return f"{type(e).__name__}: {msg}", EXIT_FAIL
+    return f"{type(e).__name__}: {msg}", EXIT_FAIL
+
+
+def _linger() -> None:
+    """Keep serving /metrics a while after the end (scrape mode), if asked: RLTUNE_LINGER_SECONDS."""
+    s = float(os.environ.get("RLTUNE_LINGER_SECONDS", "0") or 0)
+    if s > 0:
+        time.sleep(s)
