@@ -1,0 +1,328 @@
+"""The Tuner: propose, judge, stop. Pure, and reconstructable from (spec, baseline, history).
+
+The operator stores the baseline TrialRecord and the list of trial TrialRecords in the resource
+status (JSON) and rebuilds a Tuner from them on every reconcile; the forecaster re-fits its
+corrections each time (a few small Gaussian processes: milliseconds).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field
+
+from ..api.metrics import StepRecord
+from ..api.models import RLConfig, RLTuningJobSpec
+from . import gates as G
+from . import physics as P
+from .forecast import ALL_FEATS, Forecaster, Prediction, features, is_oom
+from .profile import ADDRESSES, Profile, profile
+from .search import Candidate, Space, candidates, explicit, flat_key
+from .summary import TrialSummary, TunerModel, summarize
+
+TrialState = Literal["pending", "running", "succeeded", "failed", "rejected", "unschedulable", "cancelled"]
+TERMINAL = ("succeeded", "failed", "rejected", "unschedulable", "cancelled")
+
+MIN_GAIN = 0.005  # stop when the best expected improvement is under 0.5% of the incumbent
+MIN_TRIALS_BEFORE_GAIN_STOP = 3
+
+
+class TrialRecord(TunerModel):
+    """One trial (or the baseline) as the tuner remembers it. JSON-serialisable (status.trials[])."""
+
+    id: str
+    config: RLConfig
+    gpus: int = Field(0, description="GPUs the configuration uses.")
+    predicted: Optional[float] = Field(None, description="Forecast seconds per step when proposed.")
+    predicted_std: Optional[float] = Field(None, description="Forecast standard deviation, seconds.")
+    summary: Optional[TrialSummary] = None
+    objective: Optional[float] = Field(None, description="Measured objective (seconds or GPU-seconds per step).")
+    state: TrialState = "pending"
+    reason: str = ""
+    gates: dict[str, str] = Field(default_factory=dict, description="Quality gate -> verdict text.")
+    bottleneck: Optional[str] = Field(None, description="Bottleneck the proposal addressed.")
+    rationale: Optional[str] = None
+
+    @property
+    def step_time(self) -> Optional[float]:
+        return self.summary.step_time_mean if self.summary and not self.summary.failed else None
+
+
+class Proposal(TunerModel):
+    config: RLConfig
+    gpus: int
+    predicted: float = Field(description="Forecast seconds per step.")
+    std: float = Field(description="Forecast standard deviation, seconds.")
+    predicted_objective: float
+    changes: dict[str, list] = Field(default_factory=dict, description="Knob path -> [baseline, proposed].")
+    bottleneck: str = Field(description="Bottleneck this configuration addresses.")
+    rationale: str = ""
+    acquisition: float = 0.0
+
+
+def baseline_record(spec: RLTuningJobSpec, summary: Optional[TrialSummary] = None, id: str = "baseline") -> TrialRecord:
+    """The baseline as a TrialRecord; pass the measured summary once the baseline trial ran."""
+    cfg = explicit(spec.baseline, spec.resources.gpu_budget, spec.resources.gpus_per_node)
+    rec = TrialRecord(id=id, config=cfg, gpus=spec.baseline.gpus or spec.resources.gpu_budget,
+                      state="pending")
+    if summary is not None:
+        rec = Tuner(spec, rec, []).judge(rec, summary)
+    return rec
+
+
+def _changes(base: dict, k: dict, budget: int) -> dict[str, list]:
+    out = {}
+    for p, v in k.items():
+        if p == "cpu":
+            continue
+        b = base.get(p)
+        if p == "gpus":
+            b, v = b or budget, v or budget
+        if p == "trainerGpus" and k.get("placement") == "colocated":
+            continue
+        if b != v:
+            out[p] = [b, v]
+    return out
+
+
+class Tuner:
+    def __init__(self, spec: RLTuningJobSpec, baseline: TrialRecord, history: list[TrialRecord]):
+        self.spec = spec
+        self.baseline = baseline
+        self.history = list(history)
+        self.budget = spec.resources.gpu_budget
+        self.gpn = spec.resources.gpus_per_node
+        self.space = Space(spec)
+        obs = []
+        if baseline.summary is not None and not baseline.summary.failed:
+            obs.append((baseline.config, baseline.summary))
+        for r in self.history:
+            if r.summary is not None and not r.summary.failed and r.state in ("succeeded", "rejected", "cancelled"):
+                obs.append((r.config, r.summary))
+        ooms = [(r.config, r.reason) for r in self.history if r.state == "failed" and is_oom(r.reason)]
+        self.forecaster = Forecaster(spec, obs, ooms)
+        self.tried = {flat_key(r.config.flat(), self.budget, self.gpn) for r in self.history}
+        self.tried.add(flat_key(baseline.config.flat(), self.budget, self.gpn))
+        self.bans = self._bans()
+        self._profile: Optional[Profile] = None
+
+    # ------------------------------------------------------------------ helpers
+    def objective_of(self, step: float, gpus: int) -> float:
+        return step * gpus if self.spec.objective == "gpuSecondsPerStep" else step
+
+    def profile(self) -> Optional[Profile]:
+        if self._profile is None and self.baseline.summary is not None and not self.baseline.summary.failed:
+            self._profile = profile(self.spec, self.baseline.summary)
+        return self._profile
+
+    def _bans(self) -> list[tuple[str, callable]]:
+        """Quality risks learned from rejected trials: knob settings that broke a gate."""
+        bans = []
+        for r in self.history:
+            if r.state != "rejected":
+                continue
+            k = r.config.flat()
+            bad = G.failed_gates(r.gates)
+            st, fp8, part = k["async.staleness"], k["rollout.fp8"], k["async.partialRollout"]
+            if ("mismatch" in bad or "nan" in bad) and fp8:
+                bans.append((f"fp8 rollout broke {'/'.join(bad)} in {r.id}", lambda c: c["rollout.fp8"]))
+            elif ("mismatch" in bad or "staleness" in bad or "reward" in bad) and st >= 1:
+                bans.append((f"staleness >= {st} broke {'/'.join(bad)} in {r.id}",
+                             lambda c, st=st: c["async.staleness"] >= st))
+            if "reward" in bad and part:
+                bans.append((f"partial rollout broke reward in {r.id}", lambda c: c["async.partialRollout"]))
+            if "reward" in bad and fp8:
+                bans.append((f"fp8 rollout broke reward in {r.id}", lambda c: c["rollout.fp8"]))
+        return bans
+
+    def _excluded(self, k: dict) -> bool:
+        if flat_key(k, self.budget, self.gpn) in self.tried:
+            return True
+        return any(f(k) for _, f in self.bans)
+
+    def incumbent(self) -> Optional[float]:
+        vals = [r.objective for r in [self.baseline] + self.history
+                if r.state == "succeeded" and r.objective is not None]
+        return min(vals) if vals else None
+
+    def _base_pred(self) -> Prediction:
+        return self.forecaster.predict(self.baseline.config)
+
+    def _addresses(self, k: dict, phases: dict, base_phases: dict) -> tuple[str, str]:
+        """The bottleneck a candidate addresses: the phase group its forecast shrinks most."""
+        def grp(ph):
+            gen = ph.get("generation", 0.0)
+            tail = ph.get("generation_tail", 0.0)
+            return {
+                "rollout-long-tail": tail,
+                "rollout-throughput": gen - tail,
+                "trainer-bound": ph.get("training", 0.0) + ph.get("old_logprob", 0.0) + ph.get("ref_logprob", 0.0),
+                "weight-sync-bound": ph.get("weight_sync", 0.0),
+                "imbalance": ph.get("waiting", 0.0) + ph.get("rollout_idle", 0.0),
+            }
+        a, b = grp(phases), grp(base_phases)
+        gains = {g: b[g] - a[g] for g in a}
+        best = max(gains, key=gains.get) if gains else "rollout-throughput"
+        prof = self.profile()
+        if best == "rollout-throughput" and prof is not None and prof.bottleneck == "kv-bound":
+            best = "kv-bound"
+        parts = [f"{g} {b[g]:.0f}->{a[g]:.0f}s" for g in a if abs(gains[g]) > 0.02 * max(sum(b.values()), 1e-9)]
+        return best, ("forecast " + ", ".join(parts)) if parts else "forecast: small changes"
+
+    # ------------------------------------------------------------------ the API
+    def rank(self, limit: int = 20, gpus_free: Optional[int] = None, exclude_tried: bool = True) -> list[Proposal]:
+        """Forecast-only ranking of the space (used by `rltune plan`)."""
+        cands = candidates(self.space, self.forecaster, exclude=self._excluded if exclude_tried else None,
+                           gpus_max=gpus_free)
+        cands.sort(key=lambda c: c.objective)
+        return [self._proposal(c, 0.0) for c in cands[:limit]]
+
+    def _proposal(self, c: Candidate, acq: float) -> Proposal:
+        bp = self._base_pred()
+        bneck, why = self._addresses(c.k, c.phases, bp.phases if bp.feasible else {})
+        ch = _changes(self.baseline.config.flat(), c.k, self.budget)
+        return Proposal(config=self.space.config(c.k), gpus=c.gpus, predicted=c.step, std=c.std,
+                        predicted_objective=c.objective, changes=ch, bottleneck=bneck, rationale=why,
+                        acquisition=acq)
+
+    def propose(self, n: int, gpus_free: int) -> list[Proposal]:
+        """Up to n new configurations, none tried before, each within gpus_free GPUs; ranked by
+        expected improvement over the incumbent, picked with local penalisation for diversity."""
+        if n <= 0:
+            return []
+        cands = candidates(self.space, self.forecaster, exclude=self._excluded, gpus_max=gpus_free)
+        if not cands:
+            return []
+        inc = self.incumbent()
+        mu = np.array([c.objective for c in cands])
+        sd = np.maximum(np.array([c.objective_std for c in cands]), 1e-9)
+        if inc is None:  # no measurement yet: best forecast first
+            acq = -mu
+        else:
+            z = (inc - mu) / sd
+            acq = (inc - mu) * _ncdf(z) + sd * _npdf(z)
+        F = None
+        out: list[Proposal] = []
+        acq = acq.astype(float).copy()
+        for _ in range(min(n, len(cands))):
+            i = int(np.argmax(acq))
+            if not np.isfinite(acq[i]) or acq[i] == -np.inf:
+                break
+            out.append(self._proposal(cands[i], float(acq[i])))
+            if F is None:
+                F = np.array([[features(c.k, *P.split(c.k, self.budget, self.gpn))[x] for x in ALL_FEATS]
+                              for c in cands])
+            d2 = ((F - F[i]) ** 2).sum(1)
+            pen = 1.0 - np.exp(-0.5 * d2 / 1.0)
+            if inc is None:
+                acq = np.where(pen < 1e-6, -np.inf, acq - (1.0 - pen) * np.abs(acq) * 0.5)
+            else:
+                acq = acq * pen
+            acq[i] = -np.inf
+        return out
+
+    def judge(self, record: TrialRecord, summary: TrialSummary) -> TrialRecord:
+        """Score a finished trial: objective and quality gates -> succeeded or rejected."""
+        rec = record.model_copy(deep=True)
+        rec.summary = summary
+        is_base = record.id == self.baseline.id
+        base_sum = None if is_base else self.baseline.summary
+        rec.gates = G.evaluate(summary, base_sum, self.spec.constraints)
+        if rec.gpus == 0:
+            rec.gpus = rec.config.gpus or self.budget
+        if summary.failed or summary.steps == 0:
+            rec.state, rec.objective = "failed", None
+            rec.reason = rec.reason or "no steady-state step was measured"
+            return rec
+        rec.objective = self.objective_of(summary.step_time_mean, rec.gpus)
+        if G.passed(rec.gates):
+            rec.state = "succeeded"
+            if not rec.reason:
+                b = self.baseline.objective
+                rec.reason = (f"{summary.step_time_mean:.1f} s/step" +
+                              (f", {b / rec.objective:.2f}x baseline" if b and not is_base else ""))
+        else:
+            rec.state = "rejected"
+            bad = G.failed_gates(rec.gates)
+            rec.reason = "quality gate failed: " + "; ".join(rec.gates[g] for g in bad)
+        return rec
+
+    def early_stop(self, partial_steps: list[StepRecord], gpus: Optional[int] = None) -> bool:
+        """True when a running trial is clearly losing against the incumbent."""
+        inc = self.incumbent()
+        if inc is None:
+            return False
+        s = summarize(partial_steps)
+        if s.failed or s.steps < 1:
+            return False
+        g = gpus or self.budget
+        obj = self.objective_of(s.step_time_mean, g)
+        if obj > 1.6 * inc:
+            return True
+        if s.steps >= 2:
+            lo = s.step_time_mean - 2.0 * s.step_time_std / math.sqrt(s.steps)
+            return self.objective_of(lo, g) > 1.2 * inc
+        return False
+
+    def done(self) -> tuple[bool, str]:
+        trials = [r for r in self.history if r.id != self.baseline.id]
+        finished = [r for r in trials if r.state in TERMINAL]
+        failed = [r for r in trials if r.state in ("failed", "unschedulable")]
+        if self.baseline.state in ("failed", "unschedulable", "rejected"):
+            return True, f"baseline {self.baseline.state}: {self.baseline.reason}"
+        if len(failed) >= self.spec.budget.max_failed_trials:
+            return True, f"{len(failed)} trials failed (budget.maxFailedTrials {self.spec.budget.max_failed_trials})"
+        if len(trials) >= self.spec.budget.max_trials:
+            return True, f"trial budget spent ({len(trials)}/{self.spec.budget.max_trials})"
+        running = [r for r in trials if r.state in ("pending", "running")]
+        if running:
+            return False, f"{len(running)} trials running"
+        cands = candidates(self.space, self.forecaster, exclude=self._excluded)
+        if not cands:
+            return True, "search space exhausted"
+        inc = self.incumbent()
+        if inc is not None and len(finished) >= MIN_TRIALS_BEFORE_GAIN_STOP:
+            mu = np.array([c.objective for c in cands])
+            sd = np.maximum(np.array([c.objective_std for c in cands]), 1e-9)
+            z = (inc - mu) / sd
+            ei = (inc - mu) * _ncdf(z) + sd * _npdf(z)
+            if float(ei.max()) < MIN_GAIN * inc:
+                return True, (f"expected gain small: best expected improvement {float(ei.max()) / inc:.2%} "
+                              f"< {MIN_GAIN:.1%} of the incumbent")
+        return False, "searching"
+
+    def best(self) -> Optional[TrialRecord]:
+        """The succeeded record with the lowest objective (the baseline if nothing beat it)."""
+        ok = [r for r in [self.baseline] + self.history if r.state == "succeeded" and r.objective is not None]
+        return min(ok, key=lambda r: r.objective) if ok else None
+
+    def speedup(self, rec: TrialRecord) -> Optional[float]:
+        if rec.objective and self.baseline.objective:
+            return self.baseline.objective / rec.objective
+        return None
+
+    def forecast_error(self) -> Optional[float]:
+        """Median |predicted - measured| / measured step time over scored trials (not the baseline)."""
+        errs = [abs(r.predicted - r.summary.step_time_mean) / r.summary.step_time_mean
+                for r in self.history
+                if r.id != self.baseline.id and r.predicted and r.summary is not None and not r.summary.failed
+                and r.summary.steps > 0 and r.state in ("succeeded", "rejected")]
+        return statistics.median(errs) if errs else None
+
+    def record_for(self, trial_id: str, p: Proposal) -> TrialRecord:
+        """A pending TrialRecord for a proposal."""
+        return TrialRecord(id=trial_id, config=p.config, gpus=p.gpus, predicted=p.predicted, predicted_std=p.std,
+                           state="pending", bottleneck=p.bottleneck, rationale=p.rationale)
+
+
+def _ncdf(z):
+    from math import erf
+    return 0.5 * (1.0 + np.vectorize(erf)(np.asarray(z) / math.sqrt(2.0)))
+
+
+def _npdf(z):
+    z = np.asarray(z)
+    return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)

@@ -1,0 +1,380 @@
+"""The forecaster's first-principles step-time model (the prior, before calibration).
+
+Deliberately simpler than the digital twin and written independently of it: a roofline decode
+model with a KV-capacity concurrency limit and a long-tail term, training FLOPs against an
+efficiency that depends on parallelism, micro-batch size, recompute and the pipeline bubble,
+weight sync by method and placement, and the overlap that staleness allows. Constants are
+public facts (shared/REFERENCE.md, cited inline) or round priors the calibration corrects.
+
+Everything here is pure arithmetic on (ModelArch, TaskSpec, GPU, RLConfig); results of the
+rollout and trainer halves are cached separately because a search space is a product of both.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from statistics import NormalDist
+from typing import Optional
+
+from ..api.hardware import GPU, gpu as gpu_lookup
+from ..api.models import ModelArch, RLConfig, TaskSpec
+
+# Work phases the forecaster predicts and calibrates (a subset of api.metrics.PHASES; `waiting`
+# and `rollout_idle` are derived from the overlap model).
+WORK_PHASES = ("generation", "old_logprob", "ref_logprob", "training", "weight_sync")
+# Informational parts of `generation` (not added to the step).
+SUB_PHASES = ("generation_tail", "tool")
+
+# Priors (REFERENCE section 1/3): achieved HBM ~90% in microbenchmarks, lower in real decode;
+# big GEMMs 55-70% of peak; RL training MFU 0.19-0.40 (verl docs).
+HBM_EFF = 0.75
+DECODE_GEMM_EFF = 0.5
+TRAIN_MFU_DENSE = 0.42
+TRAIN_MFU_MOE = 0.30
+PREFILL_EFF = 0.5
+ROLLOUT_OVERHEAD_BYTES = 4e9  # activations, sampler, NCCL buffers
+CUDA_GRAPH_BYTES = 1.5e9
+TRAINER_TEMP_BYTES = 6e9
+ITER_OVERHEAD_S = 1.5e-3  # scheduler + sampling per engine iteration
+LAUNCH_S_PER_LAYER = {True: 3e-6, False: 20e-6}  # CUDA graphs vs eager
+COLL_LATENCY_S = 6e-6
+
+
+@dataclass
+class Breakdown:
+    """Raw (uncalibrated) per-phase estimate of one configuration, plus its memory picture."""
+
+    phases: dict[str, float]
+    feasible: bool = True
+    reason: str = ""
+    trainer_mem_frac: float = 0.0  # trainer peak / HBM
+    rollout_kv_tokens: float = 0.0  # KV capacity per replica in tokens
+    rollout_free_frac: float = 0.0  # (gmu*HBM - weights - overhead)/HBM
+    kv_pressure: float = 0.0  # wanted concurrency / KV-limited concurrency
+    batch: float = 0.0  # decode batch per replica
+    replicas: int = 0
+    rollout_gpus: int = 0
+    trainer_gpus: int = 0
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    total: float
+    active: float
+    nonexpert: float
+    expert_one: float
+    moe_layers: int
+    experts: int
+    k: int
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    vocab: int
+    kv_bytes: float
+    mla: bool
+
+
+def facts(m: ModelArch) -> ModelFacts:
+    total, active = m.params()
+    expert_one = 3.0 * m.hidden * m.expert_ffn
+    routed = m.moe_layers() * m.experts * expert_one
+    return ModelFacts(total, active, total - routed, expert_one, m.moe_layers(), m.experts, m.active_experts,
+                      m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.vocab, m.kv_bytes_per_token(), m.is_mla)
+
+
+@dataclass(frozen=True)
+class TaskFacts:
+    n_seq: int
+    prompt: float
+    mean_len: float
+    cv: float
+    max_len: float
+    turns: int
+    tool_s: float
+    sandboxes: int
+    agentic: bool
+
+
+def task_facts(t: TaskSpec) -> TaskFacts:
+    mean_len = float(t.mean_response_tokens or t.max_response_tokens / 4)
+    turns = t.turns or (1 if t.kind == "math" else 20)
+    tool = t.tool_latency_seconds if t.tool_latency_seconds is not None else (0.0 if t.kind == "math" else 10.0)
+    n = t.prompts_per_step * t.samples_per_prompt
+    return TaskFacts(n, float(t.max_prompt_tokens) * 0.5, min(mean_len, float(t.max_response_tokens)),
+                     float(t.response_length_cv or 1.0), float(t.max_response_tokens), int(turns), float(tool),
+                     int(t.sandboxes or n), t.kind == "agentic-coding")
+
+
+def longest_response(tf: TaskFacts) -> float:
+    """Expected longest of n lognormal lengths with the task's mean and CV, capped at the maximum
+    (REFERENCE section 3: the max of K samples is several times the mean)."""
+    s2 = math.log(1 + tf.cv ** 2)
+    mu = math.log(tf.mean_len) - s2 / 2
+    q = 1 - 1.0 / (tf.n_seq + 1)
+    z = NormalDist().inv_cdf(q)
+    return min(tf.max_len, math.exp(mu + math.sqrt(s2) * z))
+
+
+def median_response(tf: TaskFacts) -> float:
+    s2 = math.log(1 + tf.cv ** 2)
+    return math.exp(math.log(tf.mean_len) - s2 / 2)
+
+
+# ------------------------------------------------------------------------------------ rollout
+
+
+def _decode_iter(mf: ModelFacts, g: GPU, tp: int, ep: bool, fp8: bool, graphs: bool, b: float, ctx: float,
+                 kv_tok_gpu: float) -> float:
+    """Seconds of one decode iteration of one engine replica with b running sequences."""
+    wb = 1.0 if fp8 else 2.0
+    touched = 0.0
+    if mf.moe_layers:
+        frac = 1.0 - (1.0 - mf.k / mf.experts) ** max(b, 1.0)  # REFERENCE 3: E*(1-(1-k/E)^B)
+        touched = mf.moe_layers * mf.experts * frac * mf.expert_one
+    w_read = (mf.nonexpert - mf.vocab * mf.hidden + touched) * wb / tp
+    kv_read = b * ctx * kv_tok_gpu
+    t_mem = (w_read + kv_read) / (g.hbm_bw * HBM_EFF)
+    peak = (g.fp8_tflops if fp8 else g.bf16_tflops) * 1e12
+    t_cmp = 2.0 * mf.active * b / tp / (peak * DECODE_GEMM_EFF)
+    t_comm = 0.0
+    if tp > 1:
+        msg = b * mf.hidden * 2.0 * (tp - 1) / tp
+        n_ar = 2 * mf.layers
+        if ep and mf.moe_layers:
+            n_ar = 2 * mf.layers - mf.moe_layers
+            a2a = mf.moe_layers * 2 * (COLL_LATENCY_S * 1.5 + b * mf.k * mf.hidden * 2.0 / tp / g.nvlink_bw)
+            t_comm += a2a
+        t_comm += n_ar * (COLL_LATENCY_S + msg / g.nvlink_bw)
+    t_launch = mf.layers * LAUNCH_S_PER_LAYER[bool(graphs)] + ITER_OVERHEAD_S
+    return max(t_mem, t_cmp) + t_comm + t_launch
+
+
+@lru_cache(maxsize=200_000)
+def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int, ep: bool, gmu: float,
+                 max_seqs: int, max_batched: int, graphs: bool, fp8: bool, partial: bool) -> tuple:
+    """(gen, tail, tool, feasible, reason, kv_tokens, free_frac, pressure, batch, replicas)."""
+    g = gpu_lookup(gname)
+    replicas = gpus_r // tp
+    if replicas < 1:
+        return (0, 0, 0, False, "fewer rollout GPUs than rollout TP", 0, 0, 0, 0, 0)
+    w_gpu = mf.total * (1.0 if fp8 else 2.0) / tp
+    free = gmu * g.hbm_bytes - w_gpu - ROLLOUT_OVERHEAD_BYTES - (CUDA_GRAPH_BYTES if graphs else 0.0) \
+        - max_batched * mf.hidden * 2.0 * 8
+    free_frac = free / g.hbm_bytes
+    if free_frac < 0.02:
+        return (0, 0, 0, False, f"rollout weights ({w_gpu / 1e9:.0f} GB per GPU) leave no KV cache at "
+                f"gpuMemoryUtilization {gmu:g} (TP {tp})", 0, free_frac, 0, 0, replicas)
+    shard = 1 if mf.mla else min(tp, mf.kv_heads)
+    kv_tok_gpu = mf.kv_bytes / shard
+    kv_tokens = free / kv_tok_gpu
+    n_r = tf.n_seq / replicas
+    live_ctx = tf.prompt + min(tf.max_len, tf.mean_len * (1 + tf.cv ** 2) / 2)
+    if tf.agentic:
+        live_ctx += tf.prompt * (tf.turns - 1) * 0.5
+    b_kv = kv_tokens / live_ctx
+    wanted = min(max_seqs, n_r)
+    b = max(1.0, min(wanted, b_kv))
+    pressure = wanted / max(b_kv, 1e-9)
+    t_it = _decode_iter(mf, g, tp, ep, fp8, graphs, b, live_ctx * 0.7, kv_tok_gpu)
+    gen = n_r * tf.mean_len * t_it / b
+    if pressure > 1.0:  # vLLM over-admits, then preempts and re-prefills (REFERENCE 3)
+        gen *= 1.0 + 0.35 * min(pressure - 1.0, 3.0)
+    # prefill (compute-bound): 2*N_active*T
+    pre_tok = tf.n_seq * tf.prompt * (tf.turns if tf.agentic else 1)
+    peak = (g.fp8_tflops if fp8 else g.bf16_tflops) * 1e12
+    gen += 2.0 * mf.active * pre_tok / (gpus_r * peak * PREFILL_EFF) * (1.0 + 4096.0 / max_batched) / 1.5
+    # long tail: the longest response decodes at a small batch after the bulk has drained
+    l_max = longest_response(tf)
+    b_tail = max(1.0, min(b, n_r) * 0.05)
+    t_small = _decode_iter(mf, g, tp, ep, fp8, graphs, b_tail, (tf.prompt + l_max) * 0.7, kv_tok_gpu)
+    tail = max(0.0, l_max * t_small - 0.5 * gen)
+    tail = max(tail, 0.05 * gen)
+    if partial:
+        tail *= 0.3
+    tool = 0.0
+    if tf.agentic and tf.tool_s > 0:
+        conc = min(tf.n_seq, replicas * b)
+        tool = tf.turns * tf.tool_s * max(1.0, conc / tf.sandboxes)
+    return (gen, tail, tool, True, "", kv_tokens, free_frac, pressure, b, replicas)
+
+
+# ------------------------------------------------------------------------------------ trainer
+
+
+@lru_cache(maxsize=200_000)
+def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int, pp: int, cp: int, ep: int,
+                 mbt: int, recompute: str, offload: bool) -> tuple:
+    """(old, ref, train, feasible, reason, mem_frac, params_bytes_per_gpu)."""
+    g = gpu_lookup(gname)
+    if gpus_t % (tp * pp * cp):
+        return (0, 0, 0, False, f"tp*pp*cp={tp * pp * cp} does not divide {gpus_t} trainer GPUs", 0, 0)
+    dp = gpus_t // (tp * pp * cp)
+    if mf.moe_layers and (gpus_t // pp) % ep:
+        return (0, 0, 0, False, f"ep={ep} does not divide {gpus_t // pp} GPUs per pipeline stage", 0, 0)
+    if not mf.moe_layers and ep > 1:
+        return (0, 0, 0, False, "expert parallel on a dense model", 0, 0)
+    seq = tf.prompt + tf.mean_len
+    if tf.agentic:
+        seq += tf.prompt * (tf.turns - 1)
+    tokens = tf.n_seq * seq
+    attn = 2.0 * mf.layers * seq * mf.heads * mf.head_dim
+    fwd = 2.0 * mf.active + attn
+    rc = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}[recompute]
+    eff = TRAIN_MFU_MOE if mf.moe_layers else TRAIN_MFU_DENSE
+    eff /= 1.0 + 0.07 * math.log2(tp) + 0.08 * math.log2(cp)
+    eff *= mbt / (mbt + 3000.0)
+    m = max(1.0, tokens / dp / mbt)
+    eff *= 1.0 - (pp - 1) / (m + pp - 1)
+    if mf.moe_layers:
+        x = mbt * mf.k * ep / mf.experts  # tokens per local expert per micro-batch
+        eff *= (0.55 + 0.45 * x / (x + 512.0)) / (1.0 + 0.06 * math.log2(ep))
+    if offload:
+        eff *= 0.65
+    peak = g.bf16_tflops * 1e12 * gpus_t
+    train = 3.0 * fwd * rc * tokens / (peak * eff)
+    old = fwd * tokens / (peak * eff / (0.65 if offload else 1.0) * 1.1)
+    ref = old
+    # memory (REFERENCE 3: Megatron distributed optimizer 6 + 12/d bytes per parameter)
+    routed = mf.total - mf.nonexpert
+    ne_gpu = mf.nonexpert / (tp * pp)
+    ex_gpu = routed / (max(ep, 1) * pp) if mf.moe_layers else 0.0
+    edp = max(1, gpus_t // (max(ep, 1) * pp))
+    if offload:
+        state = (ne_gpu + ex_gpu) * 2.0
+    else:
+        state = ne_gpu * (6.0 + 12.0 / (dp * cp)) + ex_gpu * (6.0 + 12.0 / edp)
+    s = mbt / cp
+    h = mf.hidden
+    per_layer = {"none": 34.0 * s * h / tp + 5.0 * mf.heads * s * min(s, seq) / tp * 0.1,
+                 "selective": 34.0 * s * h / tp,
+                 "full": 2.0 * s * h}[recompute]
+    act = mf.layers * per_layer * (1.3 if mf.moe_layers else 1.0)
+    if recompute == "full":
+        act += 34.0 * s * h / tp
+    logits = s * mf.vocab * 6.0 / tp
+    mem = state + act + logits + TRAINER_TEMP_BYTES
+    frac = mem / g.hbm_bytes
+    if frac > 0.95:
+        return (0, 0, 0, False, f"trainer needs ~{mem / 1e9:.0f} GB per GPU of {g.hbm_bytes / 1e9:.0f}", frac,
+                (ne_gpu + ex_gpu) * 2.0)
+    return (old, ref, train, True, "", frac, (ne_gpu + ex_gpu) * 2.0)
+
+
+# ------------------------------------------------------------------------------------ sync
+
+
+def weight_sync(mf: ModelFacts, g: GPU, k: dict, gpus_t: int, gpus_r: int) -> float:
+    byts = mf.total * 2.0
+    tp = k["rollout.tp"]
+    method = k["weightSync"]
+    if method == "disk":
+        return 5.0 + byts / 2e9
+    if k["placement"] == "colocated":
+        # in-place reshard over NVLink (verl hybrid engine)
+        t = byts / tp / (g.nvlink_bw * 0.3)
+        return (0.5 if method == "checkpoint-engine" else 1.0) + t * (0.8 if method == "checkpoint-engine" else 1.0)
+    if method == "checkpoint-engine":  # bucketed, every NIC (REFERENCE 4: 30B 16->16 in 4.4 s)
+        return 1.0 + byts / tp / (g.nic_bw * 0.6) + byts / (g.nic_bw * 0.6 * max(1, gpus_t))
+    return 2.0 + byts / (g.nic_bw * 0.5)  # nccl broadcast from one trainer rank
+
+
+# ------------------------------------------------------------------------------------ composition
+
+
+def split(k: dict, budget: int, gpn: int) -> tuple[int, int, int]:
+    """(gpus, trainer_gpus, rollout_gpus) of a configuration (flat knob dict, RLConfig.flat())."""
+    gpus = k.get("gpus") or budget
+    if k["placement"] == "colocated":
+        return gpus, gpus, gpus
+    t = k.get("trainerGpus") or max(gpn, (gpus // 2) // gpn * gpn)
+    return gpus, t, gpus - t
+
+
+def breakdown(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, k: dict,
+              budget: int) -> Breakdown:
+    """Uncalibrated phases and memory picture of one configuration (`k` = RLConfig.flat())."""
+    mf = facts_cached(model)
+    tf = task_facts_cached(task)
+    g = gpu_lookup(gpu_type)
+    gpus, gt, gr = split(k, budget, gpus_per_node)
+    if gr < 1:
+        return Breakdown({}, False, "no rollout GPUs left")
+    stale = k["async.staleness"]
+    ro = rollout_part(mf, tf, gpu_type, gr, k["rollout.tp"], bool(k["rollout.expertParallel"] and mf.moe_layers),
+                      round(k["rollout.gpuMemoryUtilization"], 4), k["rollout.maxNumSeqs"],
+                      k["rollout.maxNumBatchedTokens"], k["rollout.cudaGraphs"], k["rollout.fp8"],
+                      bool(k["async.partialRollout"] and stale >= 1))
+    tr = trainer_part(mf, tf, gpu_type, gt, k["trainer.tp"], k["trainer.pp"], k["trainer.cp"], k["trainer.ep"],
+                      k["trainer.microBatchTokens"], k["trainer.recompute"], k["trainer.offload"])
+    bd = Breakdown({}, trainer_gpus=gt, rollout_gpus=gr)
+    bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure, bd.batch, bd.replicas = ro[5:10]
+    bd.trainer_mem_frac = tr[5]
+    if not ro[3]:
+        bd.feasible, bd.reason = False, ro[4]
+    elif not tr[3]:
+        bd.feasible, bd.reason = False, tr[4]
+    elif k["placement"] == "colocated" and not k["trainer.offload"]:
+        # the trainer's bf16 weights stay resident while vLLM holds its memory share
+        need = k["rollout.gpuMemoryUtilization"] * g.hbm_bytes + tr[6]
+        if need > 0.98 * g.hbm_bytes:
+            bd.feasible = False
+            bd.reason = (f"colocated: vLLM share {k['rollout.gpuMemoryUtilization']:g} plus resident trainer "
+                         f"weights ({tr[6] / 1e9:.0f} GB) exceed GPU memory")
+    if not bd.feasible:
+        return bd
+    # Contract convention (docs/metrics.md): `generation` is the whole rollout wall time; the tail
+    # and the tool time are parts of it, reported for the profile.
+    bd.phases = {
+        "generation": ro[0] + ro[1] + ro[2], "generation_tail": ro[1], "tool": ro[2],
+        "old_logprob": tr[0], "ref_logprob": tr[1], "training": tr[2],
+        "weight_sync": weight_sync(mf, g, k, gt, gr),
+    }
+    return bd
+
+
+_FACTS: dict = {}
+
+
+def facts_cached(m: ModelArch) -> ModelFacts:
+    key = m.model_dump_json()
+    if key not in _FACTS:
+        _FACTS[key] = facts(m)
+    return _FACTS[key]
+
+
+def task_facts_cached(t: TaskSpec) -> TaskFacts:
+    key = "task:" + t.model_dump_json()
+    if key not in _FACTS:
+        _FACTS[key] = task_facts(t)
+    return _FACTS[key]
+
+
+def compose(phases: dict[str, float], k: dict) -> tuple[float, dict]:
+    """Step time from work phases under the configuration's placement and staleness.
+
+    `generation` is the rollout's wall time (tail and tool time included). Synchronous
+    (staleness 0) or colocated: rollout, then log-prob passes and training, then sync.
+    Disaggregated with staleness >= 1: the next batch's rollout overlaps this batch's training
+    (one-step-off / fully async), so the step is the longer side plus the sync.
+    """
+    roll = phases.get("generation", 0.0)
+    train = phases.get("old_logprob", 0.0) + phases.get("ref_logprob", 0.0) + phases.get("training", 0.0)
+    sync = phases.get("weight_sync", 0.0)
+    out = dict(phases)
+    if k["placement"] == "disaggregated" and k["async.staleness"] >= 1:
+        step = max(roll, train) + sync
+        out["waiting"] = max(0.0, roll - train)
+        out["rollout_idle"] = max(0.0, train - roll)
+    elif k["placement"] == "disaggregated":
+        step = roll + train + sync
+        out["waiting"] = roll
+        out["rollout_idle"] = train + sync
+    else:
+        step = roll + train + sync
+        out["waiting"] = 0.0
+        out["rollout_idle"] = 0.0
+    return step, out

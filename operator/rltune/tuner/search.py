@@ -1,0 +1,334 @@
+"""Candidate generation over a job's search space.
+
+The space is the product of the knob values the job allows (searchSpace.knobs, else the
+catalog's default range plus the baseline value; searchSpace.frozen and MoE-only knobs on dense
+models pin a knob to the baseline), minus invalid configurations (divisibility by heads and
+GPUs per node, GPU budget, staleness <= constraints.maxStaleness, memory fit).
+
+The product is large (millions for a MoE job with the default catalog), but a step's time is
+monotone non-decreasing in every phase, and the rollout phases depend only on (rollout GPUs,
+rollout knobs, staleness/partial rollout) while the trainer phases depend only on (trainer GPUs,
+trainer knobs). So, per outer context (GPU count, placement and split, staleness, partial
+rollout, weight sync) the search keeps the `top` best rollout halves and the `top` best trainer
+halves under the calibrated forecaster (plus the baseline's own halves) and scores their full
+product. The best-predicted configuration of the whole space is always among the candidates;
+uncertainty-driven exploration sees the `top`x`top` neighbourhood of each context's optimum.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional
+
+import numpy as np
+
+from ..api.models import ModelArch, RLConfig, RLTuningJobSpec
+from . import physics as P
+from .forecast import PHASE_FEATS, Forecaster, features
+from .knobs import BY_PATH, CATALOG
+
+ROLLOUT_KNOBS = ("rollout.tp", "rollout.expertParallel", "rollout.gpuMemoryUtilization", "rollout.maxNumSeqs",
+                 "rollout.maxNumBatchedTokens", "rollout.cudaGraphs", "rollout.fp8")
+TRAINER_KNOBS = ("trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep", "trainer.microBatchTokens",
+                 "trainer.recompute", "trainer.offload")
+OUTER_KNOBS = ("placement", "async.staleness", "async.partialRollout", "weightSync")
+
+
+def _uniq(xs: Iterable) -> list:
+    out = []
+    for x in xs:
+        if x not in out:
+            out.append(x)
+    return out
+
+
+class Space:
+    """The job's search space: per-knob candidate values and the validity rules."""
+
+    def __init__(self, spec: RLTuningJobSpec):
+        self.spec = spec
+        self.model: ModelArch = spec.workload.model.resolved()
+        self.base = spec.baseline.flat()
+        self.budget = spec.resources.gpu_budget
+        self.gpn = spec.resources.gpus_per_node
+        ss = spec.search_space
+        listed = ss.knobs or {}
+        frozen = set(ss.frozen or [])
+        unknown = [p for p in list(listed) + list(frozen) if p not in BY_PATH and p not in ("gpus",)]
+        if unknown:
+            raise ValueError(f"searchSpace names unknown knobs {unknown}: known are {sorted(BY_PATH)} and gpus")
+        self.values: dict[str, list] = {}
+        for k in CATALOG:
+            if k.path == "trainerGpus":
+                continue
+            b = self.base[k.path]
+            if k.path in frozen or (k.moe_only and not self.model.is_moe):
+                vals = [b]
+            elif k.path in listed:
+                vals = list(listed[k.path]) or [b]
+            else:
+                vals = _uniq([b] + list(k.values(spec, self.model)))
+            self.values[k.path] = vals
+        # staleness never above the limit (the baseline's own value is allowed as given)
+        ms = spec.constraints.max_staleness
+        self.values["async.staleness"] = [s for s in self.values["async.staleness"] if s <= ms] or [self.base["async.staleness"]]
+        base_gpus = self.base.get("gpus") or self.budget
+        if "gpus" in listed and listed["gpus"]:
+            gl = [g for g in listed["gpus"] if g <= self.budget]
+        elif "gpus" in frozen:
+            gl = [base_gpus]
+        elif ss.allow_fewer_gpus or spec.objective == "gpuSecondsPerStep":
+            lo = ss.min_gpus or max(self.gpn, self.budget // 2)
+            gl = [g for g in range(self.gpn, self.budget + 1, self.gpn) if g >= lo]
+            gl = _uniq([base_gpus] + gl)
+        else:
+            gl = [base_gpus]
+        self.gpus = sorted(set(gl))
+        self.trainer_gpus_listed = listed.get("trainerGpus")
+        self.frozen = frozen
+
+    # ------------------------------------------------------------------ validity
+    def trainer_splits(self, gpus: int) -> list[Optional[int]]:
+        if self.trainer_gpus_listed:
+            return [t for t in self.trainer_gpus_listed if 0 < t < gpus]
+        if "trainerGpus" in self.frozen and self.base.get("trainerGpus"):
+            return [self.base["trainerGpus"]] if self.base["trainerGpus"] < gpus else []
+        out = []
+        for f in (0.25, 0.375, 0.5, 0.625, 0.75):
+            t = int(round(gpus * f / self.gpn)) * self.gpn
+            if self.gpn <= t <= gpus - self.gpn and t not in out:
+                out.append(t)
+        if self.base["placement"] == "disaggregated" and self.base.get("trainerGpus") and \
+                (self.base.get("gpus") or self.budget) == gpus and self.base["trainerGpus"] not in out:
+            out.append(self.base["trainerGpus"])
+        return out
+
+    def rollout_valid(self, r: dict, gr: int) -> Optional[str]:
+        tp = r["rollout.tp"]
+        if tp > self.gpn:
+            return "rollout TP spans nodes"
+        if self.model.heads % tp:
+            return f"rollout TP {tp} does not divide {self.model.heads} heads"
+        if gr % tp:
+            return f"rollout TP {tp} does not divide {gr} rollout GPUs"
+        if r["rollout.expertParallel"] and not self.model.is_moe:
+            return "expert parallel on a dense model"
+        return None
+
+    def trainer_valid(self, t: dict, gt: int) -> Optional[str]:
+        tp, pp, cp, ep = t["trainer.tp"], t["trainer.pp"], t["trainer.cp"], t["trainer.ep"]
+        if tp > self.gpn:
+            return "trainer TP spans nodes"
+        if self.model.heads % tp:
+            return f"trainer TP {tp} does not divide {self.model.heads} heads"
+        if pp > max(1, self.model.layers // 4):
+            return f"trainer PP {pp} too deep for {self.model.layers} layers"
+        if gt % (tp * pp * cp):
+            return f"tp*pp*cp={tp * pp * cp} does not divide {gt} trainer GPUs"
+        if self.model.is_moe:
+            if self.model.experts % ep:
+                return f"EP {ep} does not divide {self.model.experts} experts"
+            if (gt // pp) % ep:
+                return f"EP {ep} does not divide {gt // pp} GPUs per stage"
+        elif ep != 1:
+            return "expert parallel on a dense model"
+        return None
+
+    def outer(self) -> list[dict]:
+        out = []
+        for gpus in self.gpus:
+            for place in self.values["placement"]:
+                splits = [None] if place == "colocated" else self.trainer_splits(gpus)
+                for tg in splits:
+                    for st in self.values["async.staleness"]:
+                        for pr in self.values["async.partialRollout"]:
+                            if pr and st < 1:
+                                continue
+                            for ws in self.values["weightSync"]:
+                                out.append({"gpus": gpus, "placement": place, "trainerGpus": tg,
+                                            "async.staleness": st, "async.partialRollout": pr, "weightSync": ws})
+        return out
+
+    def halves(self, names: tuple[str, ...]) -> list[dict]:
+        return [dict(zip(names, combo)) for combo in itertools.product(*(self.values[n] for n in names))]
+
+    def size(self) -> int:
+        """Configurations in the (unpruned) product, for display."""
+        n = 0
+        r = math.prod(len(self.values[k]) for k in ROLLOUT_KNOBS)
+        t = math.prod(len(self.values[k]) for k in TRAINER_KNOBS)
+        return len(self.outer()) * r * t
+
+    def config(self, k: dict) -> RLConfig:
+        """An explicit RLConfig from a flat knob dict: gpus always set, and the trainer split when
+        disaggregated (a trial must not depend on a workload's own default split)."""
+        return explicit(self.spec.baseline.with_knobs({p: v for p, v in k.items() if p != "cpu"}),
+                        self.budget, self.gpn)
+
+    def all_valid(self, full: dict) -> Optional[str]:
+        """Validity of a full flat config against the space (used for baseline-independent checks)."""
+        gpus, gt, gr = P.split(full, self.budget, self.gpn)
+        if gpus > self.budget:
+            return f"uses {gpus} GPUs, budget {self.budget}"
+        if full["async.staleness"] > self.spec.constraints.max_staleness:
+            return "staleness above constraints.maxStaleness"
+        return self.rollout_valid(full, gr) or self.trainer_valid(full, gt)
+
+
+@dataclass
+class Candidate:
+    k: dict  # flat knobs
+    step: float
+    std: float
+    objective: float
+    objective_std: float
+    gpus: int
+    phases: dict
+
+
+def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_max: Optional[int] = None) -> list[Candidate]:
+    """Scored candidates (feasible, valid, not excluded), pruned as the module docstring explains."""
+    base = space.base
+    r_all = space.halves(ROLLOUT_KNOBS)
+    t_all = space.halves(TRAINER_KNOBS)
+    r_base = {k: base[k] for k in ROLLOUT_KNOBS}
+    t_base = {k: base[k] for k in TRAINER_KNOBS}
+    outer = space.outer()
+    if gpus_max is not None:
+        outer = [o for o in outer if o["gpus"] <= gpus_max]
+    gspec = space.spec
+    mf = P.facts_cached(space.model)
+    tf = P.task_facts_cached(gspec.workload.task)
+    gname = gspec.resources.gpu_type
+
+    def calib(phase_names, feats_list, raw_list):
+        """Calibrated sum of phases for a list of halves (GP phase factors)."""
+        tot = np.zeros(len(raw_list))
+        for p in phase_names:
+            if p in fc.absent:
+                continue
+            vals = np.array([r.get(p, 0.0) for r in raw_list])
+            if p in fc.additive:
+                tot += fc.additive[p]
+            elif p in fc.gps:
+                X = np.array([[f[x] for x in PHASE_FEATS[p]] for f in feats_list])
+                m, _ = fc.gps[p].predict(X)
+                tot += vals * np.exp(m)
+            else:
+                tot += vals
+        return tot
+
+    best_r: dict[tuple, list[dict]] = {}
+    best_t: dict[int, list[dict]] = {}
+    out: list[Candidate] = []
+    seen: set[str] = set()
+    for o in outer:
+        gpus = o["gpus"]
+        ko = dict(base) | o
+        _, gt, gr = P.split(ko, space.budget, space.gpn)
+        if gr < 1 or gt < 1:
+            continue
+        partial = bool(o["async.partialRollout"] and o["async.staleness"] >= 1)
+        rkey = (gr, o["async.staleness"], partial)
+        if rkey not in best_r:
+            rows, feats, raws = [], [], []
+            for r in r_all:
+                if space.rollout_valid(r, gr):
+                    continue
+                ro = P.rollout_part(mf, tf, gname, gr, r["rollout.tp"], bool(r["rollout.expertParallel"] and mf.moe_layers),
+                                    round(r["rollout.gpuMemoryUtilization"], 4), r["rollout.maxNumSeqs"],
+                                    r["rollout.maxNumBatchedTokens"], r["rollout.cudaGraphs"], r["rollout.fp8"], partial)
+                if not ro[3]:
+                    continue
+                kk = dict(ko) | r
+                rows.append(r)
+                feats.append(features(kk, gpus, gt, gr))
+                raws.append({"generation": ro[0] + ro[1] + ro[2]})
+            if rows:
+                tot = calib(("generation",), feats, raws)
+                order = np.argsort(tot)
+                pick = [rows[i] for i in order[:top]]
+                # keep diversity in the memory dimension (colocated memory coupling) and the baseline half
+                lowmem = sorted(range(len(rows)), key=lambda i: (rows[i]["rollout.gpuMemoryUtilization"], tot[i]))[:2]
+                pick += [rows[i] for i in lowmem]
+                if r_base in rows:
+                    pick.append(r_base)
+                best_r[rkey] = _uniq(pick)
+            else:
+                best_r[rkey] = []
+        if gt not in best_t:
+            rows, feats, raws = [], [], []
+            for t in t_all:
+                if space.trainer_valid(t, gt):
+                    continue
+                tr = P.trainer_part(mf, tf, gname, gt, t["trainer.tp"], t["trainer.pp"], t["trainer.cp"], t["trainer.ep"],
+                                    t["trainer.microBatchTokens"], t["trainer.recompute"], t["trainer.offload"])
+                if not tr[3]:
+                    continue
+                kk = dict(ko) | t
+                rows.append(t)
+                feats.append(features(kk, gpus, gt, gr))
+                raws.append({"old_logprob": tr[0], "ref_logprob": tr[1], "training": tr[2]})
+            if rows:
+                tot = calib(("old_logprob", "ref_logprob", "training"), feats, raws)
+                order = np.argsort(tot)
+                pick = [rows[i] for i in order[:top]]
+                # smallest resident weights (colocated memory coupling)
+                pick += [rows[i] for i in sorted(range(len(rows)), key=lambda i: (
+                    -rows[i]["trainer.tp"] * rows[i]["trainer.pp"] * rows[i]["trainer.ep"], tot[i]))[:2]]
+                if t_base in rows:
+                    pick.append(t_base)
+                best_t[gt] = _uniq(pick)
+            else:
+                best_t[gt] = []
+        for r in best_r[rkey]:
+            for t in best_t[gt]:
+                k = dict(base) | o | r | t
+                if k["placement"] == "colocated":
+                    k["trainerGpus"] = None
+                if space.config_key(k) in seen:
+                    continue
+                seen.add(space.config_key(k))
+                out.append(k)
+    if exclude:
+        out = [k for k in out if not exclude(k)]
+    preds = fc.predict_many(out)
+    res = []
+    for k, p in zip(out, preds):
+        if not p.feasible:
+            continue
+        obj, ostd = p.step, p.std
+        if gspec.objective == "gpuSecondsPerStep":
+            obj, ostd = p.step * p.gpus, p.std * p.gpus
+        res.append(Candidate(k, p.step, p.std, obj, ostd, p.gpus, p.phases))
+    return res
+
+
+def flat_key(k: dict, budget: int, gpn: int) -> str:
+    """Identity of a configuration (flat knobs) for de-duplication: gpus=None means the budget,
+    a disaggregated split of None means the default split, colocated has no split."""
+    kk = dict(k)
+    kk.pop("cpu", None)
+    if kk.get("gpus") in (None, budget):
+        kk["gpus"] = None
+    if kk.get("placement") == "colocated":
+        kk["trainerGpus"] = None
+    elif not kk.get("trainerGpus"):
+        kk["trainerGpus"] = P.split(k, budget, gpn)[1]
+    return repr(sorted(kk.items(), key=lambda x: x[0]))
+
+
+Space.config_key = lambda self, k: flat_key(k, self.budget, self.gpn)  # type: ignore[attr-defined]
+
+
+def norm_key(cfg: RLConfig, budget: int, gpn: int) -> str:
+    return flat_key(cfg.flat(), budget, gpn)
+
+
+def explicit(cfg: RLConfig, budget: int, gpn: int) -> RLConfig:
+    """The configuration with gpus (and trainerGpus when disaggregated) filled in."""
+    gpus, gt, _ = P.split(cfg.flat(), budget, gpn)
+    upd = {"gpus": gpus, "trainer_gpus": gt if cfg.placement == "disaggregated" else None}
+    return cfg.model_copy(update=upd)

@@ -1,0 +1,89 @@
+"""Summaries of a trial's measured steps (what scoring and profiling see)."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from ..api.metrics import PHASES, StepRecord
+
+
+class TunerModel(BaseModel):
+    """Base of the tuner's JSON models: camelCase on the wire (resource status), snake_case in Python;
+    unknown fields are ignored so a newer status still loads after a downgrade."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def dump(self) -> dict:
+        return self.model_dump(by_alias=True, mode="json")
+
+
+class TrialSummary(TunerModel):
+    """Steady-state statistics of one trial's exported steps (JSON-serialisable)."""
+
+    steps: int = Field(0, description="Steady-state (non-warm-up) steps measured.")
+    total_steps: int = Field(0, description="All steps reported, warm-up included.")
+    step_time_mean: float = Field(0.0, description="Mean seconds per steady-state step.")
+    step_time_std: float = Field(0.0, description="Sample standard deviation of steady-state step time.")
+    phases: dict[str, float] = Field(default_factory=dict, description="Mean seconds per phase.")
+    generated_tokens: float = Field(0.0, description="Mean tokens generated per step.")
+    trained_tokens: float = Field(0.0, description="Mean tokens trained per step.")
+    max_staleness: float = Field(0.0, description="Largest observed policy-version lag.")
+    max_logprob_mismatch: float = 0.0
+    mean_logprob_mismatch: float = 0.0
+    kv_usage_max: float = 0.0
+    kv_usage_mean: float = 0.0
+    preemptions_mean: float = 0.0
+    rewards: list[float] = Field(default_factory=list, description="Per-step mean reward (steady-state steps).")
+    nan: bool = Field(False, description="A NaN/inf was reported in any scored value.")
+    failed: bool = Field(False, description="No steady-state step was measured.")
+
+
+def _finite(x: float) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def summarize(steps: list[StepRecord]) -> TrialSummary:
+    """Summarise steady-state steps. Warm-up steps are excluded; if every step is flagged warm-up,
+    nothing is scored and `failed` is set."""
+    steady = [s for s in steps if not s.warmup]
+    nan = any(
+        not _finite(v)
+        for s in steps
+        for v in [s.duration, s.reward, s.logprob_mismatch, s.staleness, *s.phases.values()]
+    )
+    if not steady:
+        return TrialSummary(steps=0, total_steps=len(steps), nan=nan, failed=True)
+    n = len(steady)
+    d = [s.duration for s in steady]
+    mean = sum(d) / n
+    std = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
+    names = [p for p in PHASES] + sorted({k for s in steady for k in s.phases} - set(PHASES))
+    phases = {}
+    for p in names:
+        vals = [s.phases.get(p, 0.0) for s in steady]
+        if any(v for v in vals):
+            phases[p] = sum(vals) / n
+    mm = [s.logprob_mismatch for s in steady]
+    kv = [s.kv_usage for s in steady]
+    return TrialSummary(
+        steps=n,
+        total_steps=len(steps),
+        step_time_mean=mean,
+        step_time_std=std,
+        phases=phases,
+        generated_tokens=sum(s.generated_tokens for s in steady) / n,
+        trained_tokens=sum(s.trained_tokens for s in steady) / n,
+        max_staleness=max(s.staleness for s in steps),
+        max_logprob_mismatch=max(mm),
+        mean_logprob_mismatch=sum(mm) / n,
+        kv_usage_max=max(kv),
+        kv_usage_mean=sum(kv) / n,
+        preemptions_mean=sum(s.preemptions for s in steady) / n,
+        rewards=[s.reward for s in steady],
+        nan=nan,
+        failed=False,
+    )
