@@ -76,6 +76,14 @@ class ReplicaCost:
             self._f0[b] = v
         return v
 
+    def tables(self, smax: int) -> tuple[list, list]:
+        """m0(b) and f0(b) for b = 0..smax as lists (fast indexing in the event loop)."""
+        t = self._m0.get(("tab", smax))
+        if t is None:
+            t = ([self.m0(b) for b in range(smax + 2)], [self.f0(b) for b in range(smax + 2)])
+            self._m0[("tab", smax)] = t
+        return t
+
     def iter_time(self, b: int, k: float) -> float:
         return max(self.m0(b) + self.m1 * k, self.c_tok * b + self.c1 * k) + self.f0(b)
 
@@ -200,7 +208,8 @@ class ReplicaResult:
 
 
 def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, speed: float = 1.0,
-                     sandboxes: Optional[int] = None, prefix_caching: bool = True) -> ReplicaResult:
+                     sandboxes: Optional[int] = None, prefix_caching: bool = True,
+                     quantum: int = 16) -> ReplicaResult:
     """Simulate one engine replica serving episodes `idx` (FIFO), times scaled by `speed` (>1 slower)."""
     ro = cfg.rollout
     S = min(ro.max_num_seqs, ro.max_num_batched_tokens)
@@ -260,6 +269,8 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
     push = heapq.heappush
     pop = heapq.heappop
     epoch = _epoch
+    M0, F0 = rc.tables(S)
+    m1, c_tok, c1 = rc.m1, rc.c_tok, rc.c1
     while True:
         # Arrivals (tool returns) up to now.
         while arrivals and arrivals[0][0] <= t:
@@ -288,10 +299,10 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
                 nchunk = -(-ptok // max(budget - B, 16)) if ptok > 0 else 1
                 # Mixed iterations: running decodes advance while the new prompts prefill.
                 n = nchunk
-                am = rc.m0(B if B else 1) * n + rc.m1 * (K * n + B * n * (n - 1) / 2.0)
+                am = M0[B if B else 1] * n + m1 * (K * n + B * n * (n - 1) / 2.0)
                 ac = (rc.c_tok * B + rc.c1 * K) * n + rc.c1 * B * n * (n - 1) / 2.0
                 ac += rc.pre_tok * ptok + rc.pre_pair * ppair
-                dt = (max(am, ac) + n * rc.f0(B + len(new))) * speed
+                dt = (max(am, ac) + n * F0[nb]) * speed
                 kv_area += (K + 0.5 * ptok) * dt
                 t += dt
                 busy += dt
@@ -355,8 +366,10 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
                 continue
             break
         # KV overflow: preempt the most recently admitted requests (recompute later).
+        # vLLM allocates KV in 16-token blocks: a request needs a new block every 16 tokens, so on
+        # overflow enough requests are preempted to let the rest grow for one more block.
         K = kv_a + B * it
-        while K + B > C and B > 1:
+        while K + B * 16 > C and B > 1:
             v = stack.pop()
             if r_state[v] != 1:
                 continue
@@ -377,6 +390,8 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
         while stack and r_state[stack[-1]] != 1:
             stack.pop()
         n = heap[0][0] - it
+        if n < quantum:
+            n = quantum  # merge events closer than the quantum (finishes are processed late by < quantum iterations)
         if B:
             n_o = int((C - K) // B)
             if n_o < n:
@@ -387,7 +402,19 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
             n_a = max(1, int(dt_a / it_t) + 1)
             if n_a < n:
                 n = n_a
-        dt = epoch(rc, B, K, n) * speed
+        # Closed-form epoch time (see _epoch), inlined for speed.
+        am = M0[B] + m1 * K
+        bm = m1 * B
+        ac = c_tok * B + c1 * K
+        bc = c1 * B
+        tri = n * (n - 1) * 0.5
+        if am >= ac and bm >= bc:
+            dt = n * am + bm * tri
+        elif ac >= am and bc >= bm:
+            dt = n * ac + bc * tri
+        else:
+            dt = epoch(rc, B, K, n) - n * F0[B]
+        dt = (dt + n * F0[B]) * speed
         kv_area += (K + 0.5 * B * n) * dt
         t += dt
         busy += dt
@@ -430,10 +457,13 @@ class RolloutResult:
 
 
 def simulate_rollout(rc: ReplicaCost, ep: Episodes, cfg: RLConfig, rollout_gpus: int, speeds=None,
-                     sandboxes: Optional[int] = None, prefix_caching: bool = True) -> RolloutResult:
+                     sandboxes: Optional[int] = None, prefix_caching: bool = True,
+                     sample_replicas: Optional[int] = None) -> RolloutResult:
+    """All replicas (or only the first `sample_replicas`: finishes of the others stay NaN)."""
     replicas = max(1, rollout_gpus // cfg.rollout.tp)
     n = len(ep)
-    finish = [0.0] * n
+    finish = [0.0] * n if not sample_replicas else [math.nan] * n
+    simulated = min(replicas, sample_replicas or replicas)
     pre = 0
     peak = 0.0
     kvm = 0.0
@@ -443,7 +473,7 @@ def simulate_rollout(rc: ReplicaCost, ep: Episodes, cfg: RLConfig, rollout_gpus:
     per_sb = None
     if sandboxes:
         per_sb = max(1, -(-sandboxes // replicas))
-    for r in range(replicas):
+    for r in range(simulated):
         idx = list(range(r, n, replicas))  # round-robin assignment (verl splits the batch evenly)
         if not idx:
             continue
@@ -457,8 +487,9 @@ def simulate_rollout(rc: ReplicaCost, ep: Episodes, cfg: RLConfig, rollout_gpus:
         idle += res.tool_idle
         gen += res.generated
         end = max(end, res.end, max(res.finish))
-    srt = sorted(finish)
+    srt = sorted(x for x in finish if x == x)
+    scale = replicas / simulated
     return RolloutResult(
-        finish=finish, end=end, median=srt[len(srt) // 2], preemptions=pre, kv_peak=peak,
-        kv_mean_tokens=kvm / replicas, tool_idle=idle / replicas, generated=gen, replicas=replicas,
+        finish=finish, end=end, median=srt[len(srt) // 2], preemptions=int(pre * scale), kv_peak=peak,
+        kv_mean_tokens=kvm / simulated, tool_idle=idle / simulated, generated=int(gen * scale), replicas=replicas,
     )
