@@ -23,8 +23,9 @@ from .profile import ADDRESSES, Profile, profile
 from .search import Candidate, Space, candidates, explicit, flat_key
 from .summary import TrialSummary, TunerModel, summarize
 
-TrialState = Literal["pending", "running", "succeeded", "failed", "rejected", "unschedulable", "cancelled"]
-TERMINAL = ("succeeded", "failed", "rejected", "unschedulable", "cancelled")
+TrialState = Literal["pending", "running", "succeeded", "failed", "rejected", "unschedulable", "cancelled",
+                     "stopped"]  # stopped = cancelled (the operator's name for an early-stopped trial)
+TERMINAL = ("succeeded", "failed", "rejected", "unschedulable", "cancelled", "stopped")
 
 MIN_GAIN = 0.005  # stop when the best expected improvement is under 0.5% of the incumbent
 MIN_TRIALS_BEFORE_GAIN_STOP = 3
@@ -61,6 +62,10 @@ class Proposal(TunerModel):
     bottleneck: str = Field(description="Bottleneck this configuration addresses.")
     rationale: str = ""
     acquisition: float = 0.0
+
+    @property
+    def predicted_std(self) -> float:
+        return self.std
 
 
 def baseline_record(spec: RLTuningJobSpec, summary: Optional[TrialSummary] = None, id: str = "baseline") -> TrialRecord:
@@ -100,7 +105,7 @@ class Tuner:
         if baseline.summary is not None and not baseline.summary.failed:
             obs.append((baseline.config, baseline.summary))
         for r in self.history:
-            if r.summary is not None and not r.summary.failed and r.state in ("succeeded", "rejected", "cancelled"):
+            if r.summary is not None and not r.summary.failed and r.state in ("succeeded", "rejected", "cancelled", "stopped"):
                 obs.append((r.config, r.summary))
         ooms = [(r.config, r.reason) for r in self.history if r.state == "failed" and is_oom(r.reason)]
         self.forecaster = Forecaster(spec, obs, ooms)
@@ -137,6 +142,21 @@ class Tuner:
             if "reward" in bad and fp8:
                 bans.append((f"fp8 rollout broke reward in {r.id}", lambda c: c["rollout.fp8"]))
         return bans
+
+    def p_pass(self, k: dict) -> float:
+        """Prior probability that a configuration passes the quality gates. Knobs that change the
+        numerics (FP8 rollout) or the policy lag (staleness, partial rollout) carry a risk until a
+        trial with at least that setting has passed; banned settings are excluded elsewhere."""
+        passed = [r.config.flat() for r in [self.baseline] + self.history if r.state == "succeeded"]
+        p = 1.0
+        if k["rollout.fp8"] and not any(c["rollout.fp8"] for c in passed):
+            p *= 0.5
+        st = k["async.staleness"]
+        if st >= 1 and not any(c["async.staleness"] >= st for c in passed):
+            p *= 0.85
+        if k["async.partialRollout"] and st >= 1 and not any(c["async.partialRollout"] for c in passed):
+            p *= 0.9
+        return p
 
     def _excluded(self, k: dict) -> bool:
         if flat_key(k, self.budget, self.gpn) in self.tried:
@@ -204,6 +224,7 @@ class Tuner:
         else:
             z = (inc - mu) / sd
             acq = (inc - mu) * _ncdf(z) + sd * _npdf(z)
+            acq = acq * np.array([self.p_pass(c.k) for c in cands])  # constrained EI
         F = None
         out: list[Proposal] = []
         acq = acq.astype(float).copy()

@@ -69,7 +69,7 @@ def run(spec: RLTuningJobSpec, backend: TrialBackend, on_event: Callable[[Event]
     base.state = "running"
     on_event(Event("baseline-started", base, "profiling the baseline"))
     ts0 = time.monotonic() - t_start
-    backend.launch(base.id, trial_spec_for(namespace, job, base.id, spec, spec.baseline, b.steps_per_trial,
+    backend.launch(base.id, trial_spec_for(namespace, job, base.id, spec, base.config, b.steps_per_trial,
                                            b.warmup_steps, seed=seed, pushgateway_url=spec.metrics.pushgateway_url))
     obs = _wait(backend, base.id, b.trial_timeout_seconds, poll_s)
     timeline.append((base.id, ts0, time.monotonic() - t_start))

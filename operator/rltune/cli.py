@@ -1,0 +1,251 @@
+"""`rltune` command line: plan, tune --local, report, operator.
+
+    rltune plan JOB.yaml [--top N]                      forecast-only ranking, no trials
+    rltune tune JOB.yaml --local [--real] [--report out.md|out.html] [--results out.json]
+    rltune report RESULTS.json --output out.md|out.html
+    rltune operator [...]                               the kopf operator (rltune.controller)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from .api.models import RLTuningJobSpec
+
+
+def load_job(path: str) -> tuple[str, str, RLTuningJobSpec]:
+    """(namespace, name, spec) of an RLTuningJob manifest (or a bare spec)."""
+    import yaml
+
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    if not isinstance(doc, dict):
+        raise SystemExit(f"rltune: {path}: not a YAML mapping")
+    meta = doc.get("metadata") or {}
+    body = doc.get("spec", doc) if "kind" in doc or "spec" in doc else doc
+    try:
+        spec = RLTuningJobSpec.model_validate(body)
+    except Exception as e:  # pydantic ValidationError: show it plainly
+        raise SystemExit(f"rltune: {path}: invalid RLTuningJob spec:\n{e}") from None
+    return meta.get("namespace", "default"), meta.get("name", Path(path).stem), spec
+
+
+def _fmt_changes(ch: dict, width: int = 70) -> str:
+    if not ch:
+        return "(baseline)"
+    parts = []
+    for k, (a, b) in ch.items():
+        short = k.replace("rollout.", "r.").replace("trainer.", "t.").replace("async.", "")
+        parts.append(f"{short}={_v(b)}")
+    s = " ".join(parts)
+    return s if len(s) <= width else s[: width - 1] + "…"
+
+
+def _v(x) -> str:
+    if isinstance(x, bool):
+        return "on" if x else "off"
+    if isinstance(x, float):
+        return f"{x:g}"
+    return str(x)
+
+
+def _table(rows: list[list[str]], head: list[str]) -> str:
+    w = [max(len(str(r[i])) for r in rows + [head]) for i in range(len(head))]
+    line = "  ".join(h.ljust(w[i]) for i, h in enumerate(head))
+    out = [line, "  ".join("-" * x for x in w)]
+    for r in rows:
+        out.append("  ".join(str(c).ljust(w[i]) for i, c in enumerate(r)))
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- plan
+
+
+def cmd_plan(args) -> int:
+    from .tuner import Tuner, baseline_record
+
+    t0 = time.monotonic()
+    ns, name, spec = load_job(args.job)
+    tuner = Tuner(spec, baseline_record(spec), [])
+    base = tuner.forecaster.predict(tuner.baseline.config)
+    print(f"rltune plan {ns}/{name}: {spec.workload.model.preset or 'custom'} {spec.workload.task.kind} on "
+          f"{spec.resources.gpu_budget}x {spec.resources.gpu_type}; objective {spec.objective}")
+    print("no measured baseline: the forecaster runs on its physics priors (uncalibrated, +/-30%); "
+          "`rltune tune` calibrates it on the baseline's measured phases")
+    if not base.feasible:
+        print(f"warning: the baseline itself looks infeasible to the forecaster: {base.reason}")
+        base_obj = None
+    else:
+        base_obj = tuner.objective_of(base.step, base.gpus)
+        ph = ", ".join(f"{k} {v:.0f}s" for k, v in base.phases.items() if v > 0.5 and k not in ("waiting", "rollout_idle"))
+        print(f"baseline forecast: {base.step:.1f} s/step ({ph})")
+    props = tuner.rank(limit=args.top)
+    rows = []
+    for i, p in enumerate(props, 1):
+        sp = f"{base_obj / p.predicted_objective:.2f}x" if base_obj else "-"
+        rows.append([str(i), _fmt_changes(p.changes), f"{p.predicted:.1f}", f"±{p.std:.0f}", sp, str(p.gpus),
+                     p.bottleneck])
+    print(_table(rows, ["rank", "changes vs baseline", "pred s/step", "std", "speed-up", "GPUs", "addresses"]))
+    print(f"({tuner.space.size():,} configurations in the space; ranked in {time.monotonic() - t0:.1f} s)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- tune
+
+
+def _record_row(r, base_obj, changes: dict) -> list[str]:
+    meas = r.summary.step_time_mean if r.summary and r.summary.steps else None
+    sp = f"{base_obj / r.objective:.2f}x" if (r.objective and base_obj and r.state == "succeeded") else "-"
+    return [r.id, r.state, f"{r.predicted:.1f}" if r.predicted else "-", f"{meas:.1f}" if meas else "-", sp,
+            str(r.gpus), _fmt_changes(changes, 50), (r.reason or "")[:60]]
+
+
+def cmd_tune(args) -> int:
+    from .backends.local import LocalBackend
+    from .tuner import loop
+    from .tuner.core import _changes
+
+    ns, name, spec = load_job(args.job)
+    if not args.local:
+        print("rltune tune: only --local is implemented here; on a cluster, `kubectl apply -f` the job "
+              "and the operator tunes it", file=sys.stderr)
+        return 2
+    if args.max_trials:
+        spec.budget.max_trials = args.max_trials
+        spec.budget.parallel_trials = min(spec.budget.parallel_trials, args.max_trials)
+    mode = "real" if args.real else ("real" if spec.workload.framework == "reference" else "twin")
+    backend = LocalBackend(mode=mode)
+    base_flat = spec.baseline.flat()
+    t0 = time.monotonic()
+    state = {"base_obj": None}
+
+    def on_event(e: loop.Event) -> None:
+        el = f"[{time.monotonic() - t0:6.1f}s]"
+        r = e.record
+        if e.kind == "baseline-started":
+            print(f"{el} baseline started ({mode} mode, {spec.budget.steps_per_trial} steps)", flush=True)
+        elif e.kind == "baseline-done":
+            state["base_obj"] = r.objective
+            st = f"{r.summary.step_time_mean:.1f} s/step" if r.summary and r.summary.steps else r.reason
+            print(f"{el} baseline {r.state}: {st}", flush=True)
+            if e.message:
+                print(f"{el}   profile: {e.message}", flush=True)
+        elif e.kind == "trial-started":
+            ch = _changes(base_flat, r.config.flat(), spec.resources.gpu_budget)
+            print(f"{el} {r.id} started on {r.gpus} GPUs: {_fmt_changes(ch)} (predicted {r.predicted:.1f}"
+                  f"±{r.predicted_std:.0f} s; {r.bottleneck})", flush=True)
+        elif e.kind in ("trial-done", "early-stopped"):
+            meas = f"{r.summary.step_time_mean:.1f} s/step" if r.summary and r.summary.steps else "-"
+            sp = ""
+            if r.state == "succeeded" and r.objective and state["base_obj"]:
+                sp = f", {state['base_obj'] / r.objective:.2f}x"
+            print(f"{el} {r.id} {r.state}: {meas}{sp} — {r.reason[:120]}", flush=True)
+        elif e.kind == "done":
+            print(f"{el} done: {e.message}", flush=True)
+
+    try:
+        res = loop.run(spec, backend, on_event, job=name, namespace=ns, poll_s=0.2)
+    finally:
+        backend.close()
+    base_obj = res.baseline.objective
+    rows = []
+    for r in [res.baseline] + res.trials:
+        rows.append(_record_row(r, base_obj, _changes(base_flat, r.config.flat(), spec.resources.gpu_budget)))
+    print()
+    print(_table(rows, ["trial", "state", "pred s", "meas s", "speed-up", "GPUs", "changes", "reason"]))
+    best = res.best
+    if best is not None and base_obj:
+        sp = base_obj / best.objective
+        print(f"\nwinner: {best.id} — {best.summary.step_time_mean:.1f} s/step on {best.gpus} GPUs, "
+              f"{sp:.2f}x the baseline ({res.baseline.summary.step_time_mean:.1f} s/step)")
+        ch = _changes(base_flat, best.config.flat(), spec.resources.gpu_budget)
+        for k, (a, b) in ch.items():
+            print(f"  {k}: {_v(a)} -> {_v(b)}")
+    if res.forecast_error is not None:
+        print(f"forecaster median |error|: {res.forecast_error:.1%}")
+    result = results_dict(ns, name, spec, res, mode)
+    out_json = args.results or (str(Path(args.report).with_suffix(".json")) if args.report else None)
+    if out_json:
+        Path(out_json).write_text(json.dumps(result, indent=1))
+        print(f"results: {out_json}")
+    if args.report:
+        from .report import render
+
+        render(result, args.report)
+        print(f"report: {args.report}")
+    return 0 if res.baseline.state == "succeeded" else 1
+
+
+def results_dict(ns, name, spec, res, mode) -> dict:
+    return {
+        "job": f"{ns}/{name}", "mode": mode, "spec": spec.dump(),
+        "baseline": res.baseline.dump(), "trials": [r.dump() for r in res.trials],
+        "best": res.best.id if res.best else None, "reason": res.reason,
+        "forecastError": res.forecast_error,
+        "profile": res.profile.dump() if res.profile is not None else None,
+        "timeline": [list(t) for t in res.timeline],
+    }
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def cmd_report(args) -> int:
+    from .report import render
+
+    result = json.loads(Path(args.results).read_text())
+    render(result, args.output)
+    print(f"report: {args.output}")
+    return 0
+
+
+# ----------------------------------------------------------------------------- operator
+# Owned by the operator's engineer: the kopf operator lives in rltune.controller and is imported
+# lazily so `rltune plan/tune` never need kopf or a cluster.
+
+
+def _cmd_operator(argv: list[str]) -> int:
+    from .controller import run as oprun  # lazy: kopf and kubernetes only for the operator
+
+    p = argparse.ArgumentParser(prog="rltune operator", description="Run the rltune Kubernetes operator (kopf).")
+    oprun.add_arguments(p)
+    return oprun.run(p.parse_args(argv)) or 0
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "operator":
+        return _cmd_operator(argv[1:])
+    ap = argparse.ArgumentParser(prog="rltune", description="Tune RL post-training jobs for speed.")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("plan", help="forecast-only ranking of configurations (no trials)")
+    p.add_argument("job", help="RLTuningJob manifest (YAML)")
+    p.add_argument("--top", type=int, default=10)
+    p.set_defaults(func=cmd_plan)
+    t = sub.add_parser("tune", help="run the tuning loop")
+    t.add_argument("job", help="RLTuningJob manifest (YAML)")
+    t.add_argument("--local", action="store_true", help="run trials as local processes")
+    t.add_argument("--real", action="store_true", help="real mode (rltune's GRPO loop) instead of the twin")
+    t.add_argument("--report", help="write a report: .md or .html (PNG plots beside it)")
+    t.add_argument("--results", help="write the results as JSON (default: beside the report)")
+    t.add_argument("--max-trials", type=int, help="override budget.maxTrials")
+    t.set_defaults(func=cmd_tune)
+    r = sub.add_parser("report", help="render a report from `rltune tune --results` JSON")
+    r.add_argument("results")
+    r.add_argument("--output", "-o", required=True)
+    r.set_defaults(func=cmd_report)
+    sub.add_parser("operator", help="run the Kubernetes operator (rltune.controller)")
+    args = ap.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

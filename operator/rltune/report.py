@@ -1,0 +1,165 @@
+"""Tuning reports (Markdown or HTML) with PNG plots, from `rltune tune --results` JSON.
+
+Plots (matplotlib, optional extra `report`): the baseline's and the winner's phase breakdown,
+predicted vs measured step time of every scored trial, and the trial timeline.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Optional
+
+PHASE_ORDER = ("generation", "old_logprob", "ref_logprob", "training", "weight_sync")
+
+
+def _changes(base: dict, cfg: dict) -> dict:
+    from .api.models import RLConfig
+
+    b = RLConfig.model_validate(base).flat()
+    c = RLConfig.model_validate(cfg).flat()
+    return {k: (b.get(k), v) for k, v in c.items() if b.get(k) != v and k != "cpu"}
+
+
+def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    files = []
+    base = result["baseline"]
+    trials = result["trials"]
+    best = next((t for t in trials if t["id"] == result.get("best")), None)
+    # 1. phase breakdown
+    bars = [("baseline", base)] + ([(f"best ({best['id']})", best)] if best else [])
+    fig, ax = plt.subplots(figsize=(7, 2.2 + 0.4 * len(bars)))
+    colors = ["#4C72B0", "#DD8452", "#937860", "#55A868", "#C44E52"]
+    for i, (label, rec) in enumerate(bars):
+        ph = (rec.get("summary") or {}).get("phases", {})
+        left = 0.0
+        for j, p in enumerate(PHASE_ORDER):
+            v = ph.get(p, 0.0)
+            if v <= 0:
+                continue
+            ax.barh(i, v, left=left, color=colors[j], label=p if i == 0 or p not in ax.get_legend_handles_labels()[1] else None)
+            left += v
+        step = (rec.get("summary") or {}).get("stepTimeMean", 0.0)
+        ax.plot([step, step], [i - 0.4, i + 0.4], "k--", lw=1)
+    ax.set_yticks(range(len(bars)), [b[0] for b in bars])
+    ax.set_xlabel("seconds (phases stacked; dashed: step time, overlap makes it shorter than the stack)")
+    h, l = ax.get_legend_handles_labels()
+    uniq = dict(zip(l, h))
+    ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="lower right")
+    ax.set_title("Phase breakdown: baseline vs best")
+    fig.tight_layout()
+    f1 = out_dir / f"{stem}-phases.png"
+    fig.savefig(f1, dpi=110)
+    plt.close(fig)
+    files.append(("Phase breakdown", f1.name))
+    # 2. predicted vs measured
+    pts = [(t["predicted"], t["summary"]["stepTimeMean"], t["state"]) for t in trials
+           if t.get("predicted") and t.get("summary") and t["summary"].get("steps")]
+    if pts:
+        fig, ax = plt.subplots(figsize=(4.5, 4.5))
+        for state, c in (("succeeded", "#55A868"), ("rejected", "#C44E52"), ("cancelled", "#999999"), ("stopped", "#999999")):
+            xs = [p[0] for p in pts if p[2] == state]
+            ys = [p[1] for p in pts if p[2] == state]
+            if xs:
+                ax.scatter(xs, ys, c=c, label=state, s=25)
+        lo = min(min(p[0], p[1]) for p in pts) * 0.9
+        hi = max(max(p[0], p[1]) for p in pts) * 1.1
+        ax.plot([lo, hi], [lo, hi], "k:", lw=1)
+        ax.set_xlabel("predicted s/step")
+        ax.set_ylabel("measured s/step")
+        ax.set_title("Forecast vs measurement")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        f2 = out_dir / f"{stem}-forecast.png"
+        fig.savefig(f2, dpi=110)
+        plt.close(fig)
+        files.append(("Predicted vs measured", f2.name))
+    # 3. timeline
+    tl = result.get("timeline") or []
+    if tl:
+        states = {t["id"]: t["state"] for t in trials}
+        states[base["id"]] = base["state"]
+        fig, ax = plt.subplots(figsize=(7, 0.8 + 0.3 * len(tl)))
+        cmap = {"succeeded": "#55A868", "rejected": "#C44E52", "failed": "#8C1C13", "cancelled": "#999999"}
+        for i, (tid, a, b) in enumerate(tl):
+            ax.barh(i, max(b - a, 0.01), left=a, color=cmap.get(states.get(tid, ""), "#4C72B0"))
+        ax.set_yticks(range(len(tl)), [t[0] for t in tl])
+        ax.invert_yaxis()
+        ax.set_xlabel("wall seconds since start")
+        ax.set_title("Trial timeline")
+        fig.tight_layout()
+        f3 = out_dir / f"{stem}-timeline.png"
+        fig.savefig(f3, dpi=110)
+        plt.close(fig)
+        files.append(("Trial timeline", f3.name))
+    return files
+
+
+def _rows(result: dict) -> list[list[str]]:
+    base = result["baseline"]
+    bobj = base.get("objective")
+    rows = []
+    for t in [base] + result["trials"]:
+        s = t.get("summary") or {}
+        meas = s.get("stepTimeMean") if s.get("steps") else None
+        sp = f"{bobj / t['objective']:.2f}x" if (t.get("objective") and bobj and t["state"] == "succeeded") else "-"
+        ch = _changes(base["config"], t["config"]) if t is not base else {}
+        chs = ", ".join(f"{k}={v[1]}" for k, v in ch.items()) or "(baseline)"
+        rows.append([t["id"], t["state"], f"{t['predicted']:.1f}" if t.get("predicted") else "-",
+                     f"{meas:.1f}" if meas else "-", sp, str(t.get("gpus", "")), chs, (t.get("reason") or "")[:120]])
+    return rows
+
+
+HEAD = ["trial", "state", "predicted s", "measured s", "speed-up", "GPUs", "changes", "reason"]
+
+
+def render(result: dict, path: str) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    plots = _plots(result, out.parent, out.stem)
+    base = result["baseline"]
+    best = next((t for t in result["trials"] if t["id"] == result.get("best")), None)
+    bstep = (base.get("summary") or {}).get("stepTimeMean")
+    lines_summary = [f"Job {result['job']} ({result.get('mode', 'twin')} mode): {result.get('reason', '')}."]
+    if bstep:
+        lines_summary.append(f"Baseline: {bstep:.1f} s/step on {base.get('gpus')} GPUs.")
+    if result.get("profile"):
+        lines_summary.append(f"Profile: {result['profile'].get('evidence', '')}")
+    if best and base.get("objective"):
+        lines_summary.append(f"Winner {best['id']}: {best['summary']['stepTimeMean']:.1f} s/step on {best['gpus']} GPUs, "
+                             f"{base['objective'] / best['objective']:.2f}x the baseline.")
+        for k, (a, b) in _changes(base["config"], best["config"]).items():
+            lines_summary.append(f"  {k}: {a} -> {b}")
+    if result.get("forecastError") is not None:
+        lines_summary.append(f"Forecaster median |error| on trials: {result['forecastError']:.1%}.")
+    rows = _rows(result)
+    if out.suffix.lower() in (".html", ".htm"):
+        h = ["<!doctype html><html><head><meta charset='utf-8'><title>rltune report</title>",
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;"
+             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>",
+             "<h1>rltune tuning report</h1>"]
+        h += [f"<p>{html.escape(l)}</p>" for l in lines_summary]
+        h.append("<h2>Trials</h2><table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in HEAD) + "</tr>")
+        for r in rows:
+            h.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
+        h.append("</table>")
+        for title, f in plots:
+            h.append(f"<h2>{html.escape(title)}</h2><img src='{html.escape(f)}'>")
+        h.append("</body></html>")
+        out.write_text("\n".join(h))
+    else:
+        md = ["# rltune tuning report", ""]
+        md += [l if not l.startswith("  ") else f"- `{l.strip()}`" for l in lines_summary]
+        md += ["", "## Trials", "", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+        for r in rows:
+            md.append("| " + " | ".join(c.replace("|", "/") for c in r) + " |")
+        for title, f in plots:
+            md += ["", f"## {title}", "", f"![{title}]({f})"]
+        out.write_text("\n".join(md) + "\n")
