@@ -54,7 +54,7 @@ class FakeTuner:
         record.gates = {"steps": "pass", "mismatch": "pass" if record.state == "succeeded" else "fail: too big"}
         return record
 
-    def early_stop(self, steps):
+    def early_stop(self, steps, gpus=None):
         return False
 
     def done(self):
@@ -143,6 +143,11 @@ class FakeMetrics:
 def fake_tuner(monkeypatch):
     monkeypatch.setattr(tuner_pkg, "Tuner", FakeTuner, raising=False)
     monkeypatch.setattr(tuner_pkg, "TrialRecord", FakeRecord, raising=False)
+    monkeypatch.setattr(tuner_pkg, "baseline_record",
+                        lambda spec, summary=None, id="baseline": FakeRecord(
+                            id=id, config=spec.baseline, gpus=spec.baseline.gpus or spec.resources.gpu_budget,
+                            summary=summary, objective=summary.step_time_mean if summary else None,
+                            state="succeeded" if summary else "pending"), raising=False)
 
 
 def make_job(**budget: Any) -> dict:

@@ -2,8 +2,9 @@
 
 One pod per trial when the configuration fits on one node (gpus <= gpusPerNode); otherwise one pod
 per node (ranks 0..n-1) plus a headless Service for rendezvous (MASTER_ADDR = rank 0's DNS name).
-Only rank 0 runs the measured workload and pushes metrics (env RLTUNE_RANK tells the process its
-rank; the twin trial exits 0 at once on ranks > 0). Names are deterministic (`<job>-<trial>-<rank>`,
+Only rank 0 pushes metrics (env RLTUNE_RANK tells the process its rank). For the twin, rank 0
+simulates the whole multi-node trial and pods of ranks > 0 run a no-op that exits 0 at once (they
+still hold their node's GPUs in the scheduler, which is what placement needs). Names are deterministic (`<job>-<trial>-<rank>`,
 DNS-safe, truncated with a hash), so a restarted operator that re-creates a pod gets
 409 AlreadyExists instead of a duplicate.
 """
@@ -126,6 +127,10 @@ def trial_manifests(
         }
         if wl.args:
             container["args"] = list(wl.args)
+        if rank > 0 and spec.workload.framework == "twin":
+            # the twin simulates the whole multi-node trial in rank 0; other ranks only hold their node
+            container["command"] = ["python", "-c", "print('rltune twin: rank > 0 idles; rank 0 simulates the trial')"]
+            container.pop("args", None)
         if uses_gpu_resource(spec):
             g = str(min(gpus - rank * per_node, per_node))
             container["resources"] = {"requests": {GPU_RESOURCE: g}, "limits": {GPU_RESOURCE: g}}

@@ -365,7 +365,7 @@ class _Ctx:
         if len([s for s in steps if not s.warmup]) < 1:
             return
         try:
-            stop = bool(tuner_early(steps))
+            stop = bool(tuner_early(steps, gpus=t.gpus))
         except Exception as e:  # noqa: BLE001
             log.warning("early_stop failed: %s", e)
             return

@@ -14,10 +14,11 @@ from ..api.models import RLConfig, RLTuningJobSpec
 from ..api.status import TrialStatus
 
 # status state <-> tuner state (the tuner speaks lower case)
-_TO_TUNER = {"Pending": "running", "Running": "running", "Scoring": "running", "Succeeded": "succeeded",
-             "Rejected": "rejected", "Failed": "failed", "Unschedulable": "failed",
+_TO_TUNER = {"Pending": "pending", "Running": "running", "Scoring": "running", "Succeeded": "succeeded",
+             "Rejected": "rejected", "Failed": "failed", "Unschedulable": "unschedulable",
              "MetricsUnavailable": "failed", "TimedOut": "failed", "Stopped": "stopped"}
 _FROM_TUNER = {"succeeded": "Succeeded", "rejected": "Rejected", "failed": "Failed", "stopped": "Stopped",
+               "cancelled": "Stopped", "unschedulable": "Unschedulable",
                "running": "Running", "pending": "Pending"}
 
 
@@ -86,14 +87,14 @@ def unflatten_summary(flat: Optional[dict[str, float]]):
 
 
 def to_record(spec: RLTuningJobSpec, t: TrialStatus):
-    from ..tuner import TrialRecord
+    from .. import tuner as T
 
     config = config_from_diff(spec.baseline, t.config)
-    return TrialRecord(
+    return T.TrialRecord(
         id=t.id, config=config, gpus=t.gpus or gpus_of(spec, config),
         predicted=t.predicted_seconds, predicted_std=t.predicted_std,
         summary=unflatten_summary(t.summary), objective=t.objective,
-        state=_TO_TUNER.get(t.state, "failed"), reason=t.reason,
+        state=_TO_TUNER.get(t.state, "failed"), reason=t.reason or "",
     )
 
 
@@ -113,11 +114,20 @@ def apply_judgement(t: TrialStatus, record, keep_rewards: bool = False) -> None:
 
 
 def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
-    from ..tuner import Tuner
+    """A Tuner rebuilt from the status: the baseline (judged from its stored summary) + search trials."""
+    from .. import tuner as T
 
     base = next(t for t in trials if t.kind == "baseline")
+    summary = unflatten_summary(base.summary) if base.state == "Succeeded" else None
+    baseline = T.baseline_record(spec, summary, id=base.id)
+    if summary is None and base.state not in ACTIVE:
+        baseline.state = _TO_TUNER.get(base.state, "failed")
+        baseline.reason = base.reason or ""
     history = [to_record(spec, t) for t in trials if t.kind == "search"]
-    return Tuner(spec, to_record(spec, base), history)
+    return T.Tuner(spec, baseline, history)
+
+
+ACTIVE = ("Pending", "Running", "Scoring")
 
 
 def objective_of(spec: RLTuningJobSpec, step_seconds: float, gpus: int) -> float:

@@ -1,0 +1,204 @@
+"""`make demo`: tune examples/twin-demo.yaml on the local test bed, end to end.
+
+The Makefile brings the bed up first (`make cluster-up`); this script applies the CRD, starts the
+operator as a subprocess (log: .state/demo/operator.log), applies the job, shows its progress every
+few seconds, and ends with the real `kubectl get rltuningjobs` and the winning configuration.
+The helpers (kubectl, start_operator, ...) are shared with tests/e2e/test_operator.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+REPO = Path(__file__).resolve().parents[2]
+CRD = REPO / "crds" / "rltuningjobs.yaml"
+EXAMPLE = REPO / "examples" / "twin-demo.yaml"
+
+
+def bed_env() -> dict[str, str]:
+    """Environment for kubectl and the operator, pointed at the local test bed."""
+    env = dict(os.environ)
+    sys.path.insert(0, str(REPO / "hack"))
+    try:
+        import testbed  # hack/testbed.py
+
+        env.setdefault("KUBECONFIG", str(testbed.KUBECONFIG))
+        env.setdefault("RLTUNE_PROMETHEUS_URL", testbed.PROMETHEUS_URL)
+        env.setdefault("RLTUNE_PUSHGATEWAY_URL", testbed.PUSHGATEWAY_URL)
+        env["PATH"] = f"{testbed.bin_dir(build=False)}{os.pathsep}{env.get('PATH', '')}"
+    except Exception as e:  # noqa: BLE001 - fall back to whatever kubectl/KUBECONFIG the shell has
+        print(f"(test bed helpers unavailable: {e}; using the shell's kubectl)", file=sys.stderr)
+    finally:
+        sys.path.pop(0)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "operator"), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def kubectl(env: dict, *args: str, check: bool = True, input: Optional[str] = None) -> subprocess.CompletedProcess:
+    r = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, input=input)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"kubectl {' '.join(args)} failed: {r.stderr.strip()}")
+    return r
+
+
+def apply_crd(env: dict) -> None:
+    kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(CRD))
+    kubectl(env, "wait", "--for=condition=Established", "--timeout=60s", "crd/rltuningjobs.rltune.io")
+
+
+def start_operator(env: dict, log_path: Path, namespaces: tuple[str, ...] = (), metrics_port: int = 18080,
+                   liveness_port: int = 0) -> subprocess.Popen:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "rltune.controller", "--metrics-port", str(metrics_port),
+           "--liveness-port", str(liveness_port)]
+    for ns in namespaces:
+        cmd += ["--namespace", ns]
+    f = open(log_path, "ab")
+    f.write(f"==== {time.strftime('%H:%M:%S')} starting: {' '.join(cmd)}\n".encode())
+    f.flush()
+    return subprocess.Popen(cmd, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=REPO, start_new_session=True)
+
+
+def stop_operator(proc: subprocess.Popen, timeout: float = 15.0) -> None:
+    if proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def rss_mib(pid: int) -> Optional[float]:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+def get_job(env: dict, ns: str, name: str) -> Optional[dict]:
+    r = kubectl(env, "get", "rltuningjob", name, "-n", ns, "-o", "json", check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def ensure_namespace(env: dict, ns: str) -> None:
+    r = kubectl(env, "get", "namespace", ns, check=False)
+    if r.returncode != 0:
+        kubectl(env, "create", "namespace", ns)
+    for _ in range(60):  # pods are refused until the namespace's default ServiceAccount exists
+        if kubectl(env, "get", "serviceaccount", "default", "-n", ns, check=False).returncode == 0:
+            return
+        time.sleep(0.5)
+
+
+def changed_knobs(job: dict) -> list[tuple[str, object, object]]:
+    from .api.models import RLTuningJobSpec
+
+    spec = RLTuningJobSpec.model_validate(job["spec"])
+    base = spec.baseline.flat()
+    best = (job.get("status") or {}).get("best") or {}
+    out = []
+    for k, v in sorted((best.get("config") or {}).items()):
+        b = base.get(k)
+        if k == "gpus" and b is None:
+            b = spec.resources.gpu_budget
+        out.append((k, b, v))
+    return out
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rltune.demo")
+    p.add_argument("--namespace", default="rltune-demo")
+    p.add_argument("--file", default=str(EXAMPLE))
+    p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--keep", action="store_true", help="keep the job (and the operator's log) afterwards")
+    a = p.parse_args(argv)
+    env = bed_env()
+    ns = a.namespace
+    name = __import__("yaml").safe_load(Path(a.file).read_text())["metadata"]["name"]
+    log = REPO / ".state" / "demo" / "operator.log"
+
+    print(f"==> applying the CRD ({CRD.relative_to(REPO)})")
+    apply_crd(env)
+    ensure_namespace(env, ns)
+    if get_job(env, ns, name):
+        print(f"==> deleting the previous {ns}/{name}")
+        kubectl(env, "delete", "rltuningjob", name, "-n", ns, "--wait=false", check=False)
+    print(f"==> starting the operator (log: {log.relative_to(REPO)})")
+    op = start_operator(env, log, namespaces=(ns,))
+    try:
+        for _ in range(120):  # a previous job's finalizer is handled by the operator
+            if not get_job(env, ns, name):
+                break
+            time.sleep(0.5)
+        t0 = time.time()
+        kubectl(env, "apply", "-n", ns, "-f", a.file)
+        print(f"==> applied {Path(a.file).relative_to(REPO) if Path(a.file).is_absolute() else a.file} "
+              f"as {ns}/{name}")
+        first_pod, last_line, peak_rss = None, "", 0.0
+        job: Optional[dict] = None
+        while time.time() - t0 < a.timeout:
+            if op.poll() is not None:
+                print(f"!! the operator exited with {op.returncode}; see {log}")
+                return 1
+            job = get_job(env, ns, name)
+            st = (job or {}).get("status") or {}
+            if first_pod is None:
+                r = kubectl(env, "get", "pods", "-n", ns, "-l", f"rltune.io/job={name}", "-o", "name", check=False)
+                if r.stdout.strip():
+                    first_pod = time.time() - t0
+            peak_rss = max(peak_rss, rss_mib(op.pid) or 0.0)
+            running = [t["id"] for t in st.get("trials", []) if t.get("state") in ("Pending", "Running", "Scoring")]
+            line = (f"[{time.time() - t0:6.1f}s] phase={st.get('phase', '-'):<10} trials={st.get('trialsDone', '-'):<6}"
+                    f" best={st.get('speedup') or '-':<7} bottleneck={(st.get('baseline') or {}).get('bottleneck') or '-'}"
+                    f" running={','.join(running) or '-'}")
+            if line.split("] ", 1)[1] != last_line:
+                print(line, flush=True)
+                last_line = line.split("] ", 1)[1]
+            if st.get("phase") in ("Succeeded", "Failed"):
+                break
+            time.sleep(3)
+        wall = time.time() - t0
+        print()
+        print(kubectl(env, "get", "rltuningjobs", "-n", ns).stdout)
+        st = (job or {}).get("status") or {}
+        print(f"phase {st.get('phase')}: {st.get('message')}")
+        base = st.get("baseline") or {}
+        if base:
+            print(f"baseline: {base.get('stepSeconds')} s/step on {base.get('gpus')} GPUs, "
+                  f"bottleneck {base.get('bottleneck')}")
+            for e in base.get("evidence") or []:
+                print(f"  - {e}")
+        best = st.get("best")
+        if best:
+            print(f"winner {best['trial']}: {best['stepSeconds']} s/step, {best['speedup']:.2f}x faster, "
+                  f"{best['gpus']} GPUs, {best['gpuSecondsPerStep']} GPU-s/step, "
+                  f"{'confirmed' if best.get('confirmed') else 'unconfirmed'}")
+            print("changed knobs (baseline -> winner):")
+            for k, b, v in changed_knobs(job):
+                print(f"  {k:<32} {b!s:>10} -> {v}")
+            print("overrides: " + " ".join(best.get("overrides") or []))
+        print(f"forecast error so far: {st.get('forecastError')}")
+        print(f"timings: first trial pod {first_pod:.1f}s after apply" if first_pod is not None else
+              "timings: no trial pod seen", end="")
+        print(f"; job {st.get('phase')} after {wall:.0f}s; operator peak RSS {peak_rss:.0f} MiB")
+        return 0 if st.get("phase") == "Succeeded" else 1
+    finally:
+        stop_operator(op)
+        print(f"==> operator stopped (log: {log.relative_to(REPO)})")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,212 @@
+"""End to end on the test bed: the operator (a subprocess) tunes examples/twin-demo.yaml with trial
+pods scheduled by kube-scheduler on the kwok B300 pool and run by the pod runner, scored from
+Prometheus; the job succeeds with a >= 1.3x speed-up, `kubectl get rltuningjobs` shows it, and
+deleting the job removes every trial pod. The restart test kills the operator with SIGKILL during
+profiling and again during the search and checks (apiserver audit log) that no pod name was ever
+created twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rltune import demo
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
+
+pytestmark = [pytest.mark.bed, pytest.mark.slow]
+
+
+def env_for(bed) -> dict:
+    e = bed.env()
+    e["RLTUNE_PROMETHEUS_URL"] = bed.prometheus_url
+    e["RLTUNE_PUSHGATEWAY_URL"] = bed.pushgateway_url
+    e["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "operator"), e.get("PYTHONPATH", "")]))
+    return e
+
+
+def kubectl(env, *args, check=True, input=None):
+    r = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, input=input, timeout=60)
+    if check:
+        assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
+    return r
+
+
+def job(env, ns, name="twin-demo"):
+    r = kubectl(env, "get", "rltuningjob", name, "-n", ns, "-o", "json", check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else None
+
+
+def wait(cond, timeout, what, interval=1.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def pod_creations(bed, ns) -> Counter:
+    c: Counter = Counter()
+    if not Path(bed.audit_log).exists():
+        return c
+    with open(bed.audit_log, errors="replace") as f:
+        for line in f:
+            if '"create"' not in line or ns not in line:
+                continue
+            ev = json.loads(line)
+            ref = ev.get("objectRef") or {}
+            if (ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource")
+                    and ref.get("namespace") == ns and (ev.get("responseStatus") or {}).get("code") == 201):
+                c[ref.get("name")] += 1
+    return c
+
+
+class PodWatch:
+    """Records every trial pod's node (to check placement on the B300 pool) from a background watch."""
+
+    def __init__(self, bed, ns):
+        import threading
+
+        from kubernetes import client, watch
+
+        self.nodes: dict[str, str] = {}
+        self.names: set[str] = set()
+        self._w = watch.Watch()
+        core = client.CoreV1Api(bed.api_client())
+
+        def run():
+            try:
+                for ev in self._w.stream(core.list_namespaced_pod, ns, label_selector="rltune.io/job",
+                                         timeout_seconds=1800):
+                    p = ev["object"]
+                    self.names.add(p.metadata.name)
+                    if p.spec.node_name:
+                        self.nodes[p.metadata.name] = p.spec.node_name
+            except Exception:  # noqa: BLE001 - the watch ends with the test
+                pass
+
+        self._t = threading.Thread(target=run, daemon=True)
+        self._t.start()
+
+    def stop(self):
+        self._w.stop()
+
+
+@pytest.fixture
+def operator(bed, namespace):
+    env = env_for(bed)
+    demo.apply_crd(env)
+    log = Path(bed.state_dir).parent / "e2e" / f"operator-{namespace}.log"
+    procs = []
+
+    def start():
+        p = demo.start_operator(env, log, namespaces=(namespace,), metrics_port=0)
+        procs.append(p)
+        return p
+
+    yield env, start, log
+    for p in procs:
+        if p.poll() is None:
+            demo.stop_operator(p)
+
+
+def test_twin_demo_end_to_end(bed, namespace, operator):
+    env, start, log = operator
+    watch = PodWatch(bed, namespace)
+    op = start()
+    t0 = time.time()
+    kubectl(env, "apply", "-n", namespace, "-f", str(EXAMPLE))
+    first = wait(lambda: watch.names, 60, "the first trial pod", interval=0.2)
+    t_first = time.time() - t0
+    peak_rss = 0.0
+
+    def finished():
+        nonlocal peak_rss
+        assert op.poll() is None, f"operator exited: {log.read_text()[-3000:]}"
+        peak_rss = max(peak_rss, demo.rss_mib(op.pid) or 0)
+        st = (job(env, namespace) or {}).get("status") or {}
+        return st if st.get("phase") in ("Succeeded", "Failed") else None
+
+    st = wait(finished, 900, "the job to finish", interval=2)
+    wall = time.time() - t0
+    watch.stop()
+    print(f"\nfirst trial pod {t_first:.1f}s after apply; job {st['phase']} after {wall:.0f}s; "
+          f"operator peak RSS {peak_rss:.0f} MiB; {len(watch.names)} trial pods")
+    assert st["phase"] == "Succeeded", json.dumps(st, indent=1)[:4000]
+    best = st["best"]
+    assert best["speedup"] >= 1.3, best
+    assert best["confirmed"]
+    assert st["baseline"]["bottleneck"]
+    # every trial pod ran on the B300 pool
+    from kubernetes import client
+    core = client.CoreV1Api(bed.api_client())
+    products = {n.metadata.name: n.metadata.labels.get("nvidia.com/gpu.product")
+                for n in core.list_node().items}
+    assert watch.nodes and all(products.get(n) == "NVIDIA-B300" for n in watch.nodes.values())
+    # the real printer columns
+    out = kubectl(env, "get", "rltuningjobs", "-n", namespace).stdout
+    print(out)
+    header, row = out.splitlines()[0], out.splitlines()[1]
+    assert re.split(r"\s{2,}", header.strip())[:7] == ["NAME", "PHASE", "BOTTLENECK", "TRIALS", "SPEEDUP",
+                                                      "BEST STEP", "GPUS"]
+    assert "Succeeded" in row and st["trialsDone"] in row and st["speedup"] in row
+    # events for trial starts and results
+    ev = kubectl(env, "get", "events", "-n", namespace, "--field-selector",
+                 "involvedObject.kind=RLTuningJob", "-o", "json").stdout
+    reasons = {e["reason"] for e in json.loads(ev)["items"]}
+    assert "TrialStarted" in reasons and ({"TrialSucceeded", "TrialRejected"} & reasons)
+    # deleting the job removes every trial pod (garbage collection via owner references)
+    dups = [n for n, k in pod_creations(bed, namespace).items() if k > 1]
+    assert not dups, dups
+    kubectl(env, "delete", "rltuningjob", "twin-demo", "-n", namespace, "--wait=true", "--timeout=60s")
+    wait(lambda: not kubectl(env, "get", "pods", "-n", namespace, "-l", "rltune.io/job=twin-demo", "-o",
+                             "name").stdout.strip(), 60, "trial pods to be gone")
+
+
+def test_operator_restart_no_duplicates(bed, namespace, operator):
+    env, start, log = operator
+    op = start()
+    kubectl(env, "apply", "-n", namespace, "-f", str(EXAMPLE))
+
+    def phase_with_pods(phase):
+        def check():
+            st = (job(env, namespace) or {}).get("status") or {}
+            if st.get("phase") != phase:
+                return None
+            pods = kubectl(env, "get", "pods", "-n", namespace, "-l", "rltune.io/job", "-o", "name").stdout.split()
+            return pods or None
+        return check
+
+    wait(phase_with_pods("Profiling"), 120, "profiling with a baseline pod", interval=0.3)
+    op.send_signal(signal.SIGKILL)
+    op.wait()
+    time.sleep(2)
+    op = start()
+    wait(phase_with_pods("Searching"), 300, "searching with trial pods", interval=0.3)
+    op.send_signal(signal.SIGKILL)
+    op.wait()
+    time.sleep(2)
+    op = start()
+    st = wait(lambda: ((job(env, namespace) or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+              and job(env, namespace)["status"], 900, "the job to finish", interval=2)
+    assert st["phase"] == "Succeeded", json.dumps(st, indent=1)[:4000]
+    creations = pod_creations(bed, namespace)
+    assert creations, "no pod creation found in the audit log"
+    dups = {n: k for n, k in creations.items() if k > 1}
+    assert not dups, f"pods created more than once: {dups}"
+    ids = [t["id"] for t in st["trials"]]
+    assert len(ids) == len(set(ids))
+    assert st["trialsDone"] == f"{st['trialsDone'].split('/')[1]}/{st['trialsDone'].split('/')[1]}" or \
+        st["best"] is not None or "nothing beats" in st["message"]
