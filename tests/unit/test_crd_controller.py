@@ -327,3 +327,37 @@ def test_render_verl():
     out = render_overrides("verl", {"rollout.maxNumSeqs": 512, "rollout.cudaGraphs": True})
     assert "actor_rollout_ref.rollout.max_num_seqs=512" in out
     assert "actor_rollout_ref.rollout.enforce_eager=false" in out
+
+
+def test_promql_scoring_query_and_parse(monkeypatch):
+    from rltune.controller import prom
+
+    seen = {}
+
+    class R:
+        status_code = 200
+
+        def raise_for_status(self):
+            pass
+
+        def json(self):
+            res = []
+            for step in range(3):
+                base = {"namespace": "ns", "rltune_job": "j", "trial": "t1", "step": str(step)}
+                res.append({"metric": {"__name__": "rltune_step_duration_seconds", **base}, "value": [0, "10.5"]})
+                res.append({"metric": {"__name__": "rltune_step_phase_seconds", "phase": "generation", **base},
+                            "value": [0, "8"]})
+                res.append({"metric": {"__name__": "rltune_step_warmup", **base}, "value": [0, "1" if step == 0 else "0"]})
+            return {"status": "success", "data": {"resultType": "vector", "result": res}}
+
+    def get(url, params, timeout):
+        seen["url"], seen["q"] = url, params["query"]
+        return R()
+
+    monkeypatch.setattr(prom.requests, "get", get)
+    steps = prom.query_trial("http://p:9090", "ns", "j", "t1")
+    assert seen["url"] == "http://p:9090/api/v1/query"
+    assert 'namespace="ns"' in seen["q"] and 'rltune_job="j"' in seen["q"] and 'trial="t1"' in seen["q"]
+    assert "rltune_step_duration_seconds" in seen["q"]
+    assert [s.step for s in steps] == [0, 1, 2] and steps[0].warmup and not steps[1].warmup
+    assert steps[1].duration == 10.5 and steps[1].phases == {"generation": 8.0}

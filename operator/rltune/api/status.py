@@ -108,7 +108,7 @@ class RLTuningJobStatus(CamelModel):
     message: Optional[str] = Field(None, description="One line on what the job is doing or how it ended.")
     conditions: list[Condition] = Field(default_factory=list, description="metav1.Conditions of the job.")
     baseline: Optional[BaselineStatus] = Field(None, description="The measured baseline profile.")
-    trials: list[TrialStatus] = Field(default_factory=list, max_length=400, description="Every trial, compact, in order.")
+    trials: list[TrialStatus] = Field(default_factory=list, max_length=512, description="Every trial, compact, in order.")
     best: Optional[BestStatus] = Field(None, description="The winning configuration, once there is one.")
     forecast_error: Optional[float] = Field(
         None, description="Median relative error of the step-time forecasts of finished trials."
