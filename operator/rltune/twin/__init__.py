@@ -14,6 +14,6 @@ The tuner must not import this package (shared/DESIGN.md): only trials and bench
 from .core import simulate_step_breakdown, simulate_step_time, simulate_trial
 from .errors import Infeasible
 
-TWIN_VERSION = "0.1.0"
+TWIN_VERSION = "0.2.0"
 
 __all__ = ["simulate_trial", "simulate_step_time", "simulate_step_breakdown", "Infeasible", "TWIN_VERSION"]

@@ -19,7 +19,7 @@ class Efficiency:
     hbm: float = 0.80  # achieved fraction of HBM bandwidth in decode (REFERENCE 1: ~90% microbench)
     decode_compute: float = 0.45  # fraction of peak FLOPs reached by decode GEMMs/attention
     prefill_mfu: float = 0.55  # fraction of peak FLOPs reached by (chunked) prefill
-    sched_overhead: float = 0.0006  # s of engine CPU work per iteration (scheduler, sampling)
+    sched_overhead: float = 0.002  # s of engine CPU work per iteration (scheduler, sampling, TP workers)
     sched_per_seq: float = 3e-6  # s of engine CPU work per running sequence per iteration
     launch_overhead: float = 4e-6  # s per kernel launch without CUDA graphs (enforce_eager)
     kernels_per_layer: int = 14  # kernels per layer in one decode iteration
@@ -28,12 +28,14 @@ class Efficiency:
     # --- collectives -------------------------------------------------------------------------
     nvlink: float = 0.70  # achieved fraction of NVLink bandwidth in collectives
     nic: float = 0.60  # achieved fraction of scale-out bandwidth (DeepEP over RDMA ~45-58 of 100 GB/s)
-    allreduce_latency: float = 8e-6  # s per small all-reduce inside a node
+    allreduce_latency: float = 20e-6  # s per small all-reduce inside a node (vLLM custom all-reduce + sync)
     a2a_latency: float = 15e-6  # s per expert-parallel all-to-all
     # --- training (Megatron/FSDP) ------------------------------------------------------------
     train_mfu: float = 0.45  # MFU of big bf16 training GEMMs at ideal shapes
     fwd_ratio: float = 0.60  # efficiency of forward-only log-prob passes relative to training
     moe_gemm_tokens: float = 256.0  # tokens per local expert at which grouped GEMMs reach half speed
+    moe_width_half: float = 1024.0  # expert FFN width at which expert GEMMs (+ glue) reach half speed
+    fp8_train_speedup: float = 1.4  # achieved FP8/BF16 training speed ratio (datasheet: 2x)
     mb_half_tokens: float = 1024.0  # micro-batch tokens at which GEMM efficiency halves
     fsdp_overlap: float = 0.7  # fraction of data-parallel gradient traffic hidden behind backward
     tp_overlap: float = 0.5  # fraction of TP traffic hidden behind GEMMs
@@ -73,13 +75,16 @@ class Efficiency:
 # Per-hardware truth. Hopper parts reach a higher fraction of their (lower) peaks; H20 is so
 # compute-starved that its GEMMs run near peak while its HBM is plentiful.
 HARDWARE: dict[str, dict[str, Any]] = {
-    "H100": dict(hbm=0.82, decode_compute=0.50, prefill_mfu=0.60, train_mfu=0.50),
-    "H200": dict(hbm=0.82, decode_compute=0.50, prefill_mfu=0.60, train_mfu=0.50),
-    "H20": dict(hbm=0.80, decode_compute=0.70, prefill_mfu=0.75, train_mfu=0.70),
-    "B200": dict(hbm=0.78, decode_compute=0.45, prefill_mfu=0.55, train_mfu=0.42),
-    "B300": dict(hbm=0.78, decode_compute=0.45, prefill_mfu=0.55, train_mfu=0.42),
-    "GB200": dict(hbm=0.80, decode_compute=0.45, prefill_mfu=0.55, train_mfu=0.44),
-    "GB300": dict(hbm=0.80, decode_compute=0.45, prefill_mfu=0.55, train_mfu=0.44),
+    # Fitted by `bench/calibrate.py --fit` within physical bounds (docs/calibration.md). B300 and the
+    # NVL72 parts have no public RL/serving rows: B300 inherits B200's factors, GB200 B200's rollout
+    # and GB300's training factors.
+    "H100": dict(hbm=0.92, decode_compute=0.70, prefill_mfu=0.60, train_mfu=0.85),
+    "H200": dict(hbm=0.92, decode_compute=0.85, prefill_mfu=0.60, train_mfu=0.50),
+    "H20": dict(hbm=0.60, decode_compute=0.387, prefill_mfu=0.525, train_mfu=0.85, fwd_ratio=0.60),
+    "B200": dict(hbm=0.92, decode_compute=0.795, prefill_mfu=0.55, train_mfu=0.67),
+    "B300": dict(hbm=0.92, decode_compute=0.795, prefill_mfu=0.55, train_mfu=0.67),
+    "GB200": dict(hbm=0.92, decode_compute=0.795, prefill_mfu=0.55, train_mfu=0.778),
+    "GB300": dict(hbm=0.92, decode_compute=0.795, prefill_mfu=0.55, train_mfu=0.778),
     "CPU": dict(),
 }
 

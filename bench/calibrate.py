@@ -1,0 +1,431 @@
+"""Calibrate the digital twin against published measurements (shared/REFERENCE.md sections 3 and 4).
+
+    PYTHONPATH=operator python3 -m bench.calibrate            # table + docs/calibration.md
+    PYTHONPATH=operator python3 -m bench.calibrate --fit      # also search per-hardware factors
+
+Every row is run through the twin with ONE set of efficiency factors per hardware
+(rltune/twin/efficiency.py HARDWARE), never per row. Each row states the framework shapes assumed
+where the source does not publish them. `--fit` runs a coordinate search over the per-hardware
+factors (log error, all rows of that hardware together) and prints the table it would use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+import numpy as np  # noqa: E402
+
+from rltune.api.models import ModelArch, ModelSpec, RLConfig, TaskSpec  # noqa: E402
+from rltune.twin import TWIN_VERSION, Infeasible, simulate_step_breakdown  # noqa: E402
+from rltune.twin import efficiency as effmod  # noqa: E402
+from rltune.twin.core import _cached_step, _weight_sync, make_plan  # noqa: E402
+from rltune.twin.rollout import replica_cost, simulate_replica  # noqa: E402
+from rltune.twin.training import train_cost  # noqa: E402
+from rltune.twin.workload import Episodes  # noqa: E402
+
+LLAMA70 = ModelArch(name="llama-3.3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=28672,
+                    vocab=128256)
+GLM355 = ModelArch(name="glm-4.5-355b", layers=92, dense_layers=3, hidden=5120, heads=96, kv_heads=8, head_dim=128,
+                   ffn=12288, experts=160, active_experts=8, shared_experts=1, expert_ffn=1536, vocab=151552)
+
+
+def preset(name: str) -> ModelArch:
+    return ModelSpec(preset=name).resolved()
+
+
+@dataclass
+class Row:
+    source: str
+    name: str
+    hw: str
+    published: dict  # metric -> value
+    run: Callable[[dict], dict]  # scenario -> predicted metrics
+    assumptions: str
+    predicted: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------------------------ RL rows
+
+def rl_row(model: ModelArch, task: TaskSpec, cfg: dict, scenario: dict, mapping: dict) -> Callable[[dict], dict]:
+    c = RLConfig.model_validate(cfg)
+
+    def run(hw_scn: dict) -> dict:
+        b = simulate_step_breakdown(model, task, "H20", 8, c, {**hw_scn, **scenario})
+        ph = b["phases"]
+        out = {}
+        for k, src in mapping.items():
+            out[k] = b["duration"] if src == "step" else ph[src]
+        return out
+
+    return run
+
+
+DAPO7_28K = TaskSpec(promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=2048, maxResponseTokens=28672,
+                     meanResponseTokens=1100, responseLengthCv=2.0)
+DAPO7_20K = TaskSpec(promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=2048, maxResponseTokens=20480,
+                     meanResponseTokens=1000, responseLengthCv=2.0)
+DAPO7_8K = TaskSpec(promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=2048, maxResponseTokens=8192,
+                    meanResponseTokens=1000, responseLengthCv=1.5)
+GRPO30_8K = TaskSpec(promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=2048, maxResponseTokens=8192)
+
+VERL_FSDP_7B = dict(rollout=dict(tp=4, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=30720),
+                    trainer=dict(tp=1, cp=4, microBatchTokens=61440, recompute="full"))
+VERL_SCN = {"mini_batches": 16, "prompt_mean_tokens": 200}
+VERL_FSDP_SCN = {**VERL_SCN, "fsdp": True}
+M = {"step": "step", "gen": "generation", "old_log_prob": "old_logprob", "update": "training"}
+MA = {"step": "step", "gen (trainer wait)": "waiting", "update": "training"}
+
+RL_ROWS = [
+    Row("verl fully_async.md", "Qwen2.5-Math-7B DAPO 28k colocated 32xH20", "H20",
+        {"step": 790.10, "gen": 357.41, "old_log_prob": 107.71, "update": 313.81},
+        rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=32, **VERL_FSDP_7B), VERL_FSDP_SCN, M),
+        "FSDP2+Ulysses sp4 (as cp4), rollout tp4, gmu 0.8, maxNumSeqs 1024, ckpt on, 16 mini-batches, "
+        "mean response 1,100, CV 2 (assumed: the update times bound the trained tokens to ~1k/sample at H20 peak)"),
+    Row("verl fully_async.md", "Qwen2.5-Math-7B DAPO 28k colocated 64xH20", "H20",
+        {"step": 365.28, "gen": 150.72, "old_log_prob": 70.26, "update": 133.41},
+        rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=64, **VERL_FSDP_7B), VERL_FSDP_SCN, M), "as above"),
+    Row("verl fully_async.md / REFERENCE 4", "Qwen2.5-Math-7B DAPO 28k colocated 128xH20", "H20",
+        {"step": 356.30, "gen": 177.85, "old_log_prob": 53.92, "update": 113.81},
+        rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=128, **VERL_FSDP_7B), VERL_FSDP_SCN, M), "as above"),
+    Row("verl fully_async.md / REFERENCE 4", "same, fully async 64:64 (staleness 0.5, partial rollout)", "H20",
+        {"step": 150.63, "gen (trainer wait)": 33.14, "update": 113.16},
+        rl_row(preset("qwen2.5-7b"), DAPO7_28K,
+               dict(gpus=128, placement="disaggregated", trainerGpus=64, weightSync="nccl",
+                    **{"async": dict(staleness=1, partialRollout=True)}, **VERL_FSDP_7B),
+               {**VERL_FSDP_SCN, "rollout_logprobs": True}, MA),
+        "verl staleness_threshold 0.5 -> staleness 1; rollout log-probs (no old_log_prob pass); NCCL sync"),
+    Row("verl fully_async.md", "same, fully async 32:32", "H20",
+        {"step": 189.26, "gen (trainer wait)": 28.46, "update": 156.98},
+        rl_row(preset("qwen2.5-7b"), DAPO7_28K,
+               dict(gpus=64, placement="disaggregated", trainerGpus=32, weightSync="nccl",
+                    **{"async": dict(staleness=1, partialRollout=True)}, **VERL_FSDP_7B),
+               {**VERL_FSDP_SCN, "rollout_logprobs": True}, MA), "as above"),
+    Row("verl fully_async.md", "same, fully async 16:16", "H20",
+        {"step": 294.77, "gen (trainer wait)": 21.26, "update": 269.80},
+        rl_row(preset("qwen2.5-7b"), DAPO7_28K,
+               dict(gpus=32, placement="disaggregated", trainerGpus=16, weightSync="nccl",
+                    **{"async": dict(staleness=1, partialRollout=True)}, **VERL_FSDP_7B),
+               {**VERL_FSDP_SCN, "rollout_logprobs": True}, MA), "as above"),
+    Row("verl one_step_off.md / REFERENCE 4", "Qwen2.5-Math-7B DAPO 8k colocated 16xH20 (vLLM+Megatron)", "H20",
+        {"step": 699, "gen": 207, "old_log_prob": 119, "update": 344},
+        rl_row(preset("qwen2.5-7b"), DAPO7_8K,
+               dict(gpus=16, rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=10240),
+                    trainer=dict(tp=2, microBatchTokens=10240, recompute="full")), VERL_SCN, M),
+        "Megatron tp2, mbt 10k, full recompute; rollout tp2 gmu 0.6; 512x16; mean response 1,000, CV 1.5 (assumed)"),
+    Row("verl one_step_off.md / REFERENCE 4", "same, one-step-off 4 rollout : 12 train GPUs", "H20",
+        {"step": 566, "old_log_prob": 120, "update": 347},
+        rl_row(preset("qwen2.5-7b"), DAPO7_8K,
+               dict(gpus=16, placement="disaggregated", trainerGpus=12, weightSync="nccl",
+                    rollout=dict(tp=2, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=10240),
+                    trainer=dict(tp=2, microBatchTokens=10240, recompute="full"), **{"async": dict(staleness=1)}),
+               VERL_SCN, {"step": "step", "old_log_prob": "old_logprob", "update": "training"}),
+        "staleness 1 without partial rollout"),
+    Row("verl one_step_off.md", "Qwen2.5-Math-7B DAPO 20k colocated 16xH20 (vLLM+FSDP2)", "H20",
+        {"step": 749, "gen": 321, "old_log_prob": 88, "update": 286},
+        rl_row(preset("qwen2.5-7b"), DAPO7_20K,
+               dict(gpus=16, rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=22528),
+                    trainer=dict(tp=1, cp=4, microBatchTokens=45056, recompute="full")), VERL_FSDP_SCN, M),
+        "FSDP2 sp4 (cp4); rollout tp2; mean response 1,000, CV 2 (assumed)"),
+    Row("REFERENCE 4", "Qwen3-30B-A3B GRPO 8k colocated 128xH20", "H20",
+        {"step": 497.9, "gen": 348.1, "old_log_prob": 28.7, "ref": 20.9, "update": 86.3},
+        rl_row(preset("qwen3-30b-a3b"), GRPO30_8K,
+               dict(gpus=128, rollout=dict(tp=4, expertParallel=True, gpuMemoryUtilization=0.6, maxNumSeqs=1024),
+                    trainer=dict(tp=1, ep=8, microBatchTokens=16384, recompute="full")),
+               {**VERL_SCN, "reference_policy": True},
+               {**M, "ref": "ref_logprob"}),
+        "batch shape not published: 512x16 assumed, mean response 2,048 (max/4); Megatron ep8; rollout tp4 EP"),
+]
+
+
+# ------------------------------------------------------------------------------------------ inference rows
+
+def infer_row(model: ModelArch, gpu_type: str, tp: int, fp8: bool, isl: int, osl: int, ep: bool = False,
+              seqs: int = 2048) -> Callable[[dict], dict]:
+    """Max-throughput serving of identical requests on one engine replica: output tok/s/GPU."""
+    task = TaskSpec(promptsPerStep=1, samplesPerPrompt=1, maxPromptTokens=isl, maxResponseTokens=osl)
+    cfg = RLConfig.model_validate(dict(gpus=tp, rollout=dict(tp=tp, fp8=fp8, expertParallel=ep,
+                                                             gpuMemoryUtilization=0.92, maxNumSeqs=seqs,
+                                                             maxNumBatchedTokens=16384)))
+
+    def run(hw_scn: dict) -> dict:
+        eff = effmod.efficiency(gpu_type, hw_scn)
+        rc = replica_cost(model, task, gpu_type, 8, cfg, eff)
+        n = 3 * seqs
+        ep_ = Episodes(prompt=np.full(n, isl), turn_gen=[osl] * n)
+        res = simulate_replica(rc, ep_, list(range(n)), cfg)
+        return {"output tok/s/GPU": n * osl / res.end / tp}
+
+    return run
+
+
+INFER_ROWS = [
+    Row("TensorRT-LLM perf overview", "Llama-3.3-70B 1k/1k B200 FP4 TP1", "B200", {"output tok/s/GPU": 6920},
+        infer_row(LLAMA70, "B200", 1, True, 1000, 1000), "FP4 modelled as FP8 weights (twin has no FP4)"),
+    Row("TensorRT-LLM perf overview", "Llama-3.3-70B 1k/1k H200 FP8 TP2", "H200", {"output tok/s/GPU": 2587},
+        infer_row(LLAMA70, "H200", 2, True, 1000, 1000), "fp8 rollout, maxNumSeqs 2048"),
+    Row("TensorRT-LLM perf overview", "Llama-3.3-70B 1k/1k H100 FP8 TP2", "H100", {"output tok/s/GPU": 2209},
+        infer_row(LLAMA70, "H100", 2, True, 1000, 1000), "fp8 rollout"),
+    Row("TensorRT-LLM perf overview", "Qwen3-235B-A22B 1k/1k B200 FP4", "B200", {"output tok/s/GPU": 5764},
+        infer_row(preset("qwen3-235b-a22b"), "B200", 4, True, 1000, 1000, ep=True),
+        "FP4 as FP8; TP4 + expert parallel assumed"),
+    Row("TensorRT-LLM perf overview", "Qwen3-235B-A22B 1k/1k H200 FP8", "H200", {"output tok/s/GPU": 3288},
+        infer_row(preset("qwen3-235b-a22b"), "H200", 4, True, 1000, 1000, ep=True), "TP4 + EP assumed"),
+    Row("TensorRT-LLM perf overview", "Qwen3-235B-A22B 1k/1k H100 FP8", "H100", {"output tok/s/GPU": 1932},
+        infer_row(preset("qwen3-235b-a22b"), "H100", 8, True, 1000, 1000, ep=True), "TP8 + EP assumed"),
+    Row("TensorRT-LLM perf overview", "Qwen3-30B-A3B 1k/1k B200 FP4 TP1", "B200", {"output tok/s/GPU": 26971},
+        infer_row(preset("qwen3-30b-a3b"), "B200", 1, True, 1000, 1000, seqs=4096), "FP4 as FP8"),
+    Row("TensorRT-LLM perf overview", "Qwen3-30B-A3B 1k/32k B200 FP4 TP1", "B200", {"output tok/s/GPU": 4494},
+        infer_row(preset("qwen3-30b-a3b"), "B200", 1, True, 1000, 32000, seqs=512), "FP4 as FP8"),
+]
+
+
+# ------------------------------------------------------------------------------------------ training rows
+
+def train_row(model: ModelArch, gpu_type: str, gpus: int, tp: int, pp: int, ep: int, seq: int, gbs: int,
+              fp8: bool, recompute: str = "selective", gpn: int = 8) -> Callable[[dict], dict]:
+    cfg = RLConfig.model_validate(dict(gpus=gpus, trainer=dict(tp=tp, pp=pp, ep=ep, microBatchTokens=seq,
+                                                               recompute=recompute)))
+
+    def run(hw_scn: dict) -> dict:
+        eff = effmod.efficiency(gpu_type, {**hw_scn, "mini_batches": 1, "train_fp8": fp8})
+        seqs = np.full(gbs, seq)
+        tc = train_cost(model, seqs, gpu_type, gpn, gpus, cfg, eff, reference=False)
+        return {"train tok/s/GPU": gbs * seq / tc.training / gpus}
+
+    return run
+
+
+TRAIN_ROWS = [
+    Row("Megatron-Bridge perf summary", "Qwen3-30B-A3B pretrain FP8 EP8 H100", "H100", {"train tok/s/GPU": 5275},
+        train_row(preset("qwen3-30b-a3b"), "H100", 64, 1, 1, 8, 4096, 512, True),
+        "64 GPUs, seq 4096, GBS 512, mbs 1, FP8 GEMMs"),
+    Row("Megatron-Bridge perf summary", "Qwen3-30B-A3B pretrain MXFP8 B200", "B200", {"train tok/s/GPU": 9299},
+        train_row(preset("qwen3-30b-a3b"), "B200", 64, 1, 1, 8, 4096, 512, True), "as above, MXFP8 as FP8"),
+    Row("Megatron-Bridge perf summary", "Qwen3-30B-A3B pretrain MXFP8 GB300", "GB300", {"train tok/s/GPU": 28934},
+        train_row(preset("qwen3-30b-a3b"), "GB300", 64, 1, 1, 8, 4096, 512, True, gpn=72),
+        "as above, NVL72 domain"),
+    Row("Megatron-Bridge perf summary", "Llama3-70B pretrain FP8 TP4 PP8 H100", "H100", {"train tok/s/GPU": 1602},
+        train_row(LLAMA70, "H100", 64, 4, 8, 1, 8192, 128, True), "64 GPUs, seq 8192, GBS 128"),
+    Row("Megatron-Bridge perf summary", "DeepSeek-V3 pretrain MXFP8 B200", "B200", {"train tok/s/GPU": 2139},
+        train_row(preset("deepseek-v3"), "B200", 256, 1, 16, 8, 4096, 1024, True, recompute="full"),
+        "256 GPUs, PP16 EP8, seq 4096, GBS 1024 (assumed)"),
+]
+
+
+# ------------------------------------------------------------------------------------------ weight sync rows
+
+def sync_row(model: ModelArch, gpu_type: str, ranks: int, method: str) -> Callable[[dict], dict]:
+    cfg = RLConfig.model_validate(dict(gpus=2 * ranks, placement="disaggregated", trainerGpus=ranks,
+                                       weightSync=method, rollout=dict(tp=8, gpuMemoryUtilization=0.9),
+                                       trainer=dict(tp=8)))
+
+    def run(hw_scn: dict) -> dict:
+        eff = effmod.efficiency(gpu_type, hw_scn)
+        from types import SimpleNamespace
+
+        p = SimpleNamespace(gpu_type=gpu_type, eff=eff, model=model, cfg=cfg, colocated=False,
+                            rollout_gpus=ranks, gpus_per_node=8)
+        t, _, _ = _weight_sync(p, None)
+        return {"sync s": t}
+
+    return run
+
+
+SYNC_ROWS = [
+    Row("verl checkpoint engine / REFERENCE 4", "Qwen3-30B-A3B 16->16 ranks", "H20", {"sync s": 4.38},
+        sync_row(preset("qwen3-30b-a3b"), "H20", 16, "checkpoint-engine"), "checkpoint-engine, 400 Gb/s NICs"),
+    Row("verl checkpoint engine / REFERENCE 4", "Qwen3-235B-A22B 64->64 ranks", "H20", {"sync s": 23.7},
+        sync_row(preset("qwen3-235b-a22b"), "H20", 64, "checkpoint-engine"), "checkpoint-engine"),
+    Row("slime / REFERENCE 4", "GLM-4.5-355B BF16 sync", "H100", {"sync s": 48.0},
+        sync_row(GLM355, "H100", 64, "nccl"), "NCCL broadcast, 64 rollout ranks (assumed), H100"),
+]
+
+ALL_ROWS = RL_ROWS + INFER_ROWS + TRAIN_ROWS + SYNC_ROWS
+
+
+# ------------------------------------------------------------------------------------------ evaluation
+
+def evaluate(rows: list[Row], overrides: dict[str, dict]) -> list[tuple[Row, str, float, float]]:
+    out = []
+    for row in rows:
+        scn = overrides.get(row.hw, {})
+        try:
+            pred = row.run(scn)
+        except Infeasible as e:
+            pred = {k: math.nan for k in row.published}
+            row.assumptions += f" [twin: infeasible: {e}]"
+        row.predicted = pred
+        for k, v in row.published.items():
+            out.append((row, k, v, pred.get(k, math.nan)))
+    return out
+
+
+def err(pub: float, pred: float) -> float:
+    return (pred - pub) / pub * 100.0
+
+
+def log_loss(results) -> float:
+    errs = [abs(math.log(max(p, 1e-9) / v)) if p == p else 5.0 for _, _, v, p in results]
+    return sum(errs) / max(1, len(errs))
+
+
+FIT_KEYS = {
+    "H20": ["hbm", "decode_compute", "prefill_mfu", "train_mfu", "fwd_ratio"],
+    "H100": ["hbm", "decode_compute", "train_mfu"],
+    "H200": ["hbm", "decode_compute", "train_mfu"],
+    "B200": ["hbm", "decode_compute", "train_mfu"],
+    "GB300": ["train_mfu"],
+}
+
+
+# Physically plausible ranges (REFERENCE 1: HBM ~90% in microbenchmarks, big GEMMs 55-70%; H20 is
+# compute-starved so its GEMMs may run closer to peak).
+BOUNDS = {"hbm": (0.6, 0.92), "decode_compute": (0.3, 0.85), "prefill_mfu": (0.35, 0.85),
+          "train_mfu": (0.3, 0.85), "fwd_ratio": (0.4, 1.0)}
+
+
+def fit(rows: list[Row], rounds: int = 2) -> dict[str, dict]:
+    overrides: dict[str, dict] = {}
+    for hw, keys in FIT_KEYS.items():
+        hw_rows = [r for r in rows if r.hw == hw]
+        if not hw_rows:
+            continue
+        base = dataclasses.asdict(effmod.efficiency(hw))
+        cur = {k: base[k] for k in keys}
+        best = log_loss(evaluate(hw_rows, {hw: cur}))
+        for _ in range(rounds):
+            for k in keys:
+                for mult in (0.7, 0.85, 0.93, 1.07, 1.18, 1.4):
+                    cand = dict(cur)
+                    lo, hi = BOUNDS[k]
+                    cand[k] = min(hi, max(lo, cur[k] * mult))
+                    _cached_step.cache_clear()
+                    loss = log_loss(evaluate(hw_rows, {hw: cand}))
+                    if loss < best - 1e-4:
+                        best, cur = loss, cand
+        overrides[hw] = {k: round(v, 3) for k, v in cur.items()}
+        print(f"fit {hw}: {overrides[hw]}  mean |log err| {best:.3f}", file=sys.stderr)
+    return overrides
+
+
+def table(results) -> tuple[str, dict]:
+    lines = ["| source | row (hardware) | metric | published | twin | error % | assumptions |",
+             "|---|---|---|---:|---:|---:|---|"]
+    last = None
+    for row, k, v, p in results:
+        assume = row.assumptions if row is not last else ""
+        src = row.source if row is not last else ""
+        name = f"{row.name}" if row is not last else ""
+        e = err(v, p) if p == p else math.nan
+        lines.append(f"| {src} | {name} | {k} | {v:,.2f} | {p:,.2f} | {e:+.1f} | {assume} |")
+        last = row
+    errs = [abs(err(v, p)) for _, _, v, p in results if p == p]
+    steps = [abs(err(v, p)) for r, k, v, p in results if p == p and k == "step"]
+    stats = dict(
+        n=len(errs), median=statistics.median(errs), max=max(errs), mean=sum(errs) / len(errs),
+        step_median=statistics.median(steps) if steps else math.nan, step_max=max(steps) if steps else math.nan,
+        groups={},
+    )
+    for label, rows in (("RL steps/phases (H20)", RL_ROWS), ("inference", INFER_ROWS), ("training", TRAIN_ROWS),
+                        ("weight sync", SYNC_ROWS)):
+        ge = [abs(err(v, p)) for r, k, v, p in results if r in rows and p == p]
+        if ge:
+            stats["groups"][label] = (statistics.median(ge), max(ge), len(ge))
+    return "\n".join(lines), stats
+
+
+def write_doc(tab: str, stats: dict, path: Path) -> None:
+    hw_lines = []
+    for hw, d in effmod.HARDWARE.items():
+        if d:
+            hw_lines.append(f"| {hw} | " + ", ".join(f"{k} {v}" for k, v in d.items()) + " |")
+    groups = "\n".join(f"| {g} | {m:.1f} | {mx:.1f} | {n} |" for g, (m, mx, n) in stats["groups"].items())
+    text = f"""# Twin calibration
+
+Generated by `PYTHONPATH=operator python3 -m bench.calibrate` (twin {TWIN_VERSION}). Every published
+measurement of shared/REFERENCE.md sections 3 and 4 (plus the other rows of the same verl tables) is
+run through the digital twin with **one set of efficiency factors per hardware** (not per row);
+shapes the sources do not publish are assumed and named in the last column.
+
+## Summary
+
+Absolute percentage error over {stats['n']} published numbers: **median {stats['median']:.1f}%, max
+{stats['max']:.1f}%** (mean {stats['mean']:.1f}%). Whole RL steps only: median {stats['step_median']:.1f}%,
+max {stats['step_max']:.1f}%.
+
+| group | median abs error % | max abs error % | numbers |
+|---|---:|---:|---:|
+{groups}
+
+Honest caveats:
+- The verl rows publish neither the mean response length nor every engine knob; the assumed mean
+  response length moves generation and training together, so agreement there partly reflects that
+  assumption. The phase split (gen / old log-prob / update) is the stronger check.
+- REFERENCE section 4 lists 269.8 s as the update time of the 32-GPU colocated row; verl's
+  fully_async.md table gives 313.81 s for that row (269.80 s is the 16:16 fully-async row). The
+  table below uses verl's numbers.
+- verl "gen" in fully-async rows is the trainer's wait for samples, compared with the twin's
+  `waiting` phase.
+- TensorRT-LLM FP4 rows are modelled as FP8 rollouts (the twin has no FP4), so they are expected
+  to be under-predicted; TensorRT-LLM is also faster per GPU than vLLM, the engine the twin models.
+- Megatron-Bridge rows are pre-training throughputs (FP8/MXFP8 GEMMs modelled at the FP8 peak).
+- The Qwen3-30B-A3B GRPO row has no published batch shape; its error is dominated by that.
+- Degrees of freedom: the per-hardware factors were fitted (`--fit`, bounded to physical ranges) on
+  these same rows. H100/B200/GB300 have only 1-3 rows each, so their training rows are close to
+  fitted by construction (GB300: one row, one factor); the near-zero training errors there are not
+  evidence of predictive accuracy. The H20 RL rows (37 numbers, 5 factors) are the real test.
+  The two Qwen3-30B-A3B pre-training rows (+120-135%) show the twin's MoE training model is too
+  optimistic for narrow experts on H100/B200 at these factor values.
+- verl's fully-async "gen" (trainer wait, 21-33 s) is 0 in the twin: in its steady state the
+  streaming rollout always has samples ready; verl's require_batches granularity is not modelled.
+- The twin models vLLM (per-iteration engine overhead 2 ms, 20 us all-reduces); TensorRT-LLM rows
+  are under-predicted by 3-44% partly for that reason.
+
+## Per-hardware factors in use (rltune/twin/efficiency.py)
+
+| hardware | factors (others: defaults in `Efficiency`) |
+|---|---|
+{chr(10).join(hw_lines)}
+
+## Rows
+
+{tab}
+"""
+    path.write_text(text)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--fit", action="store_true", help="search per-hardware factors first and use them")
+    ap.add_argument("--out", default=str(ROOT / "docs" / "calibration.md"))
+    ap.add_argument("--no-write", action="store_true")
+    a = ap.parse_args(argv)
+    overrides = fit(ALL_ROWS) if a.fit else {}
+    _cached_step.cache_clear()
+    results = evaluate(ALL_ROWS, overrides)
+    tab, stats = table(results)
+    print(tab)
+    print(f"\nmedian abs error {stats['median']:.1f}%  max {stats['max']:.1f}%  "
+          f"(steps: median {stats['step_median']:.1f}% max {stats['step_max']:.1f}%)")
+    for g, (m, mx, n) in stats["groups"].items():
+        print(f"  {g:24s} median {m:5.1f}%  max {mx:5.1f}%  n={n}")
+    if overrides:
+        print("\nfitted overrides (copy into rltune/twin/efficiency.py HARDWARE):", overrides)
+    if not a.no_write and not a.fit:
+        write_doc(tab, stats, Path(a.out))
+        print(f"wrote {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
