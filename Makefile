@@ -1,0 +1,35 @@
+# rltune developer entry points. PY is the project's virtualenv python (created by .ci/run).
+PY ?= .venv/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench
+
+help:
+	@echo "targets: binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench"
+
+binaries:            ## build etcd/kube-*/kwok/kubectl/helm from Go modules (cached per machine)
+	hack/binaries.sh
+
+cluster-up:          ## start the local test bed (no-op when it is up); see docs/testbed.md
+	$(PY) hack/testbed.py up
+
+cluster-down:        ## stop every process of the test bed and wipe its cluster data
+	$(PY) hack/testbed.py down
+
+cluster-status:
+	$(PY) hack/testbed.py status
+
+kubeconfig:          ## print the test bed's admin kubeconfig path (use: make -s kubeconfig)
+	@$(PY) hack/testbed.py kubeconfig
+
+test:
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: cluster-up
+	$(PY) -m rltune.demo
+
+crd:
+	$(PY) -m rltune.api.crdgen > crds/rltuningjobs.yaml
+
+bench:
+	$(PY) -m bench.run

@@ -1,0 +1,906 @@
+#!/usr/bin/env python3
+"""rltune local test bed: a real Kubernetes control plane with kwok-simulated GPU nodes.
+
+    python hack/testbed.py up [--no-wait]   start everything (no-op when it is up)
+    python hack/testbed.py down             stop everything it started, wipe cluster data
+    python hack/testbed.py status           which processes are alive
+    python hack/testbed.py kubeconfig       print the admin kubeconfig path
+    python hack/testbed.py env              print KUBECONFIG=..., PROMETHEUS_URL=... lines
+
+Processes (all on 127.0.0.1, pid files + logs under .state/bed/):
+    etcd :12379, kube-apiserver :16443, kube-controller-manager :20257, kube-scheduler :20259,
+    kwok :20247, prometheus :19090, pushgateway :19091, the pod runner (hack/podrunner.py).
+See docs/testbed.md. Binaries come from hack/binaries.sh (built once per machine).
+"""
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import re
+import shutil
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+HACK = REPO / "hack"
+STATE = Path(os.environ.get("RLTUNE_BED_STATE", str(REPO / ".state" / "bed")))
+PKI = STATE / "pki"
+LOGS = STATE / "logs"
+PIDS = STATE / "pids"
+KUBECONFIG = STATE / "kubeconfig"
+AUDIT_LOG = STATE / "audit.log"
+
+PORTS = {
+    "etcd": 12379,
+    "etcd-peer": 12380,
+    "kube-apiserver": 16443,
+    "kube-controller-manager": 20257,
+    "kube-scheduler": 20259,
+    "kwok": 20247,
+    "prometheus": 19090,
+    "pushgateway": 19091,
+    "operator-metrics": 18080,  # scraped by Prometheus when an operator runs locally
+}
+HOST = "127.0.0.1"
+APISERVER_URL = f"https://{HOST}:{PORTS['kube-apiserver']}"
+PROMETHEUS_URL = f"http://{HOST}:{PORTS['prometheus']}"
+PUSHGATEWAY_URL = f"http://{HOST}:{PORTS['pushgateway']}"
+# kwok hands out pod IPs from a loopback range: each "pod" process can bind its own 127.x address
+# (Linux routes all of 127/8 to lo), so many trials can use the same port, and Prometheus can
+# scrape <podIP>:<port> exactly like on a real cluster.
+POD_CIDR = "127.128.0.0/16"
+SERVICE_CIDR = "10.96.0.0/16"
+KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
+
+# GPU Feature Discovery facts per GPU type (memory in MiB as GFD reports it).
+GPU_TYPES = {
+    "B300": {"product": "NVIDIA-B300", "memory": 294912, "family": "blackwell"},
+    "B200": {"product": "NVIDIA-B200", "memory": 183359, "family": "blackwell"},
+    "H200": {"product": "NVIDIA-H200", "memory": 143771, "family": "hopper"},
+    "H100": {"product": "NVIDIA-H100-80GB-HBM3", "memory": 81559, "family": "hopper"},
+    "H20": {"product": "NVIDIA-H20", "memory": 97871, "family": "hopper"},
+}
+
+ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
+         "pushgateway", "prometheus", "podrunner"]
+
+
+def log(msg: str) -> None:
+    print(f"[bed {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- binaries
+def bin_dir(build: bool = True) -> Path:
+    script = HACK / "binaries.sh"
+    r = subprocess.run([str(script), "--check"], capture_output=True, text=True)
+    if r.returncode == 0:
+        return Path(r.stdout.strip())
+    if not build:
+        raise SystemExit(f"control-plane binaries missing: {r.stderr.strip()} (run hack/binaries.sh)")
+    log("control-plane binaries missing; building them (once per machine, ~30+ min cold)")
+    r = subprocess.run([str(script)], stdout=subprocess.PIPE, text=True)
+    if r.returncode != 0:
+        raise SystemExit("hack/binaries.sh failed")
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def system_bin(name: str) -> str:
+    p = shutil.which(name) or (f"/usr/bin/{name}" if Path(f"/usr/bin/{name}").exists() else None)
+    if not p:
+        raise SystemExit(f"{name} not found: apt-get install prometheus prometheus-pushgateway")
+    return p
+
+
+# ----------------------------------------------------------------------------- processes
+def _pid_file(name: str) -> Path:
+    return PIDS / f"{name}.pid"
+
+
+def _proc_cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def _proc_state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def running_pid(name: str) -> int | None:
+    """pid of the bed's process `name` if alive (and really ours: marker in its cmdline)."""
+    f = _pid_file(name)
+    if not f.exists():
+        return None
+    try:
+        data = json.loads(f.read_text())
+    except ValueError:
+        return None
+    pid = int(data["pid"])
+    cmd = _proc_cmdline(pid)
+    if not cmd or _proc_state(pid) in ("Z", "X", ""):
+        return None
+    if data.get("exe") and Path(cmd[0]).name != Path(data["exe"]).name and data["exe"] not in cmd:
+        return None
+    return pid
+
+
+def start_process(name: str, argv: list[str], env: dict | None = None) -> int:
+    pid = running_pid(name)
+    if pid:
+        return pid
+    LOGS.mkdir(parents=True, exist_ok=True)
+    PIDS.mkdir(parents=True, exist_ok=True)
+    logf = open(LOGS / f"{name}.log", "ab")
+    logf.write(f"\n==== {time.strftime('%Y-%m-%dT%H:%M:%S')} start: {' '.join(argv)}\n".encode())
+    logf.flush()
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                         env=full_env, cwd=str(REPO), start_new_session=True, close_fds=True)
+    logf.close()
+    _pid_file(name).write_text(json.dumps({"pid": p.pid, "exe": argv[0], "argv": argv}))
+    log(f"started {name} (pid {p.pid}), log {LOGS / (name + '.log')}")
+    return p.pid
+
+
+def stop_process(name: str, timeout: float = 15.0) -> None:
+    pid = running_pid(name)
+    if pid:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.time() + timeout
+        while time.time() < deadline and _proc_state(pid) not in ("", "Z", "X"):
+            time.sleep(0.1)
+        if _proc_state(pid) not in ("", "Z", "X"):
+            log(f"{name} did not stop in {timeout}s: SIGKILL")
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            time.sleep(0.2)
+        log(f"stopped {name} (pid {pid})")
+    _pid_file(name).unlink(missing_ok=True)
+
+
+def wait_for(what: str, check, timeout: float = 120.0, name: str | None = None) -> None:
+    t0 = time.time()
+    last = None
+    while time.time() - t0 < timeout:
+        try:
+            if check():
+                log(f"{what} ready in {time.time() - t0:.1f}s")
+                return
+        except Exception as e:  # noqa: BLE001 - keep polling
+            last = e
+        if name and not running_pid(name):
+            tail = ""
+            lf = LOGS / f"{name}.log"
+            if lf.exists():
+                tail = "\n".join(lf.read_text(errors="replace").splitlines()[-25:])
+            raise SystemExit(f"{name} exited while waiting for {what}:\n{tail}")
+        time.sleep(0.25)
+    raise SystemExit(f"timed out after {timeout}s waiting for {what}: {last}")
+
+
+# ----------------------------------------------------------------------------- PKI
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def ensure_pki() -> None:
+    if (PKI / "admin.crt").exists() and (PKI / "sa.pub").exists():
+        return
+    PKI.mkdir(parents=True, exist_ok=True)
+    log("generating CA, serving cert, admin client cert, service-account key (openssl)")
+    d = str(PKI)
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/ca.key",
+             "-out", f"{d}/ca.crt", "-days", "3650", "-subj", "/CN=rltune-testbed-ca")
+    sans = ("subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+            "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,"
+            "IP:127.0.0.1,IP:10.96.0.1")
+    for name, subj, ext in [
+        ("apiserver", "/CN=kube-apiserver", f"{sans}\nextendedKeyUsage=serverAuth,clientAuth\n"),
+        ("admin", "/O=system:masters/CN=rltune-admin", "extendedKeyUsage=clientAuth\n"),
+    ]:
+        (PKI / f"{name}.ext").write_text("keyUsage=critical,digitalSignature,keyEncipherment\n" + ext)
+        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/{name}.key",
+                 "-out", f"{d}/{name}.csr", "-subj", subj)
+        _openssl("x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.crt", "-CAkey",
+                 f"{d}/ca.key", "-CAcreateserial", "-out", f"{d}/{name}.crt", "-days", "3650",
+                 "-extfile", f"{d}/{name}.ext")
+    _openssl("genrsa", "-out", f"{d}/sa.key", "2048")
+    _openssl("rsa", "-in", f"{d}/sa.key", "-pubout", "-out", f"{d}/sa.pub")
+    for f in PKI.iterdir():
+        if f.suffix == ".key":
+            f.chmod(0o600)
+
+
+def write_kubeconfig() -> None:
+    def b64(name: str) -> str:
+        return base64.b64encode((PKI / name).read_bytes()).decode()
+
+    cfg = {
+        "apiVersion": "v1", "kind": "Config", "preferences": {},
+        "clusters": [{"name": "rltune-bed", "cluster": {
+            "server": APISERVER_URL, "certificate-authority-data": b64("ca.crt")}}],
+        "users": [{"name": "rltune-admin", "user": {
+            "client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}}],
+        "contexts": [{"name": "rltune-bed", "context": {
+            "cluster": "rltune-bed", "user": "rltune-admin", "namespace": "default"}}],
+        "current-context": "rltune-bed",
+    }
+    tmp = KUBECONFIG.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cfg, indent=1))  # JSON is YAML
+    tmp.chmod(0o600)
+    tmp.replace(KUBECONFIG)
+
+
+def _ssl_ctx() -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(PKI / "ca.crt"))
+    ctx.load_cert_chain(str(PKI / "admin.crt"), str(PKI / "admin.key"))
+    return ctx
+
+
+def api_get(path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(APISERVER_URL + path, context=_ssl_ctx(), timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return 200 <= r.status < 300
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+# ----------------------------------------------------------------------------- configs
+def load_images() -> list[dict]:
+    import yaml
+    return yaml.safe_load((HACK / "images.yaml").read_text())["images"]
+
+
+def glob_to_regex(glob: str) -> str:
+    """Translate an image glob (`*` any run, `?` one char) to a regex that Python's `re` and
+    Go's `regexp` (kwok's jq `test`) read alike (fnmatch.translate emits atomic groups Go lacks)."""
+    out = []
+    for ch in glob:
+        out.append(".*" if ch == "*" else "." if ch == "?" else re.escape(ch))
+    return "".join(out)
+
+
+def image_regex(images: list[dict] | None = None) -> str:
+    """One anchored regex matching every mapped image glob."""
+    pats = [glob_to_regex(g) for e in (images or load_images()) for g in e["match"]]
+    return "^(?:" + "|".join(pats) + ")$"
+
+
+def kwok_config() -> str:
+    """kwok configuration: our own Stages. Pods whose image the pod runner owns are made Running
+    (pod IP assigned) but never completed or deleted by kwok: the runner reports their exit and
+    finalizes their deletion. Other pods get kwok's usual lifecycle."""
+    rx = image_regex().replace("\\", "\\\\").replace('"', '\\"')
+    mapped = f'[.spec.containers.[].image | test("{rx}")] | any'
+    node_conditions = """
+      conditions:
+      {{ range NodeConditions }}
+      - lastHeartbeatTime: {{ $now | Quote }}
+        lastTransitionTime: {{ $ltt | Quote }}
+        message: {{ .message | Quote }}
+        reason: {{ .reason | Quote }}
+        status: {{ .status | Quote }}
+        type: {{ .type | Quote }}
+      {{ end }}
+      addresses:
+      - address: {{ NodeIP | Quote }}
+        type: InternalIP
+      - address: {{ .metadata.name | Quote }}
+        type: Hostname
+      {{ with NodePort }}
+      daemonEndpoints:
+        kubeletEndpoint:
+          Port: {{ . }}
+      {{ end }}"""
+    docs = [
+        # --- nodes
+        f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: rltune-node-initialize}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Node}}
+  selector:
+    matchExpressions:
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $ltt := or .metadata.creationTimestamp $now }}}}{node_conditions}
+      allocatable:
+      {{{{ with .status.allocatable }}}}
+      {{{{ YAML . 1 }}}}
+      {{{{ else }}}}
+        cpu: "32"
+        memory: 128Gi
+        pods: "110"
+      {{{{ end }}}}
+      capacity:
+      {{{{ with .status.capacity }}}}
+      {{{{ YAML . 1 }}}}
+      {{{{ else }}}}
+        cpu: "32"
+        memory: 128Gi
+        pods: "110"
+      {{{{ end }}}}
+      nodeInfo:
+        architecture: amd64
+        containerRuntimeVersion: kwok
+        kernelVersion: kwok
+        kubeProxyVersion: kwok
+        kubeletVersion: kwok
+        operatingSystem: linux
+        osImage: rltune-testbed
+      phase: Running
+""",
+        f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: rltune-node-heartbeat}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Node}}
+  selector:
+    matchExpressions:
+    - key: '.status.phase'
+      operator: In
+      values: ["Running"]
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: In
+      values: ["True"]
+  delay:
+    durationMilliseconds: 60000
+    jitterDurationMilliseconds: 70000
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      {{{{ $ltt := or .metadata.creationTimestamp $now }}}}{node_conditions}
+  immediateNextStage: false
+""",
+        # --- pods
+        """apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {name: rltune-pod-ready}
+spec:
+  resourceRef: {apiGroup: v1, kind: Pod}
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ["Pending"]
+    - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
+      operator: NotIn
+      values: ["True"]
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Initialized
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: ContainersReady
+      {{ range .spec.readinessGates }}
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "True"
+        type: {{ .conditionType | Quote }}
+      {{ end }}
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        imageID: ""
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        started: true
+        state:
+          running:
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      initContainerStatuses:
+      {{ range .spec.initContainers }}
+      - image: {{ .image | Quote }}
+        imageID: ""
+        name: {{ .name | Quote }}
+        ready: true
+        restartCount: 0
+        state:
+          terminated:
+            exitCode: 0
+            finishedAt: {{ $now | Quote }}
+            reason: Completed
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      {{ $hostIPs := NodeIPsWith .spec.nodeName }}
+      {{ with $hostIPs }}
+      hostIP: {{ index . 0 | Quote }}
+      hostIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      {{ $podIPs := PodIPsWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) }}
+      {{ with $podIPs }}
+      podIP: {{ index . 0 | Quote }}
+      podIPs:
+      {{ range . }}
+      - ip: {{ . | Quote }}
+      {{ end }}
+      {{ end }}
+      phase: Running
+      startTime: {{ $now | Quote }}
+""",
+        f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: rltune-pod-complete}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: DoesNotExist
+    - key: '.status.phase'
+      operator: In
+      values: ["Running"]
+    - key: '.metadata.ownerReferences.[].kind'
+      operator: In
+      values: ["Job"]
+    - key: '{mapped}'
+      operator: NotIn
+      values: ["true"]
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      containerStatuses:
+      {{{{ range .spec.containers }}}}
+      - image: {{{{ .image | Quote }}}}
+        imageID: ""
+        name: {{{{ .name | Quote }}}}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: 0
+            finishedAt: {{{{ $now | Quote }}}}
+            reason: Completed
+            startedAt: {{{{ $now | Quote }}}}
+      {{{{ end }}}}
+      phase: Succeeded
+""",
+        f"""apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: rltune-pod-delete}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Pod}}
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: Exists
+    - key: '{mapped}'
+      operator: NotIn
+      values: ["true"]
+  next:
+    delete: true
+""",
+    ]
+    return "---\n".join(docs)
+
+
+def audit_policy() -> str:
+    return """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+# pod creations/deletions (not subresources like pods/binding): counted by restart tests
+- level: Metadata
+  verbs: ["create", "delete", "deletecollection"]
+  resources:
+  - group: ""
+    resources: ["pods"]
+# writes to rltune's own resources
+- level: Metadata
+  verbs: ["create", "update", "patch", "delete"]
+  resources:
+  - group: "rltune.io"
+- level: None
+"""
+
+
+def prometheus_config() -> str:
+    targets = STATE / "prometheus" / "targets"
+    return f"""# generated by hack/testbed.py
+global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+  evaluation_interval: 1s
+scrape_configs:
+- job_name: pushgateway
+  honor_labels: true
+  static_configs:
+  - targets: ["{HOST}:{PORTS['pushgateway']}"]
+- job_name: rltune-operator
+  static_configs:
+  - targets: ["{HOST}:{PORTS['operator-metrics']}"]
+# trial pods that expose metrics: the pod runner writes one file per pod annotated
+# prometheus.io/scrape: "true" (+ prometheus.io/port, prometheus.io/path)
+- job_name: rltune-pods
+  honor_labels: false
+  file_sd_configs:
+  - files: ["{targets}/*.json"]
+    refresh_interval: 1s
+  relabel_configs:
+  - source_labels: [__metrics_path__]
+    regex: (.+)
+    target_label: __metrics_path__
+- job_name: prometheus
+  static_configs:
+  - targets: ["{HOST}:{PORTS['prometheus']}"]
+"""
+
+
+# ----------------------------------------------------------------------------- pools
+def load_pools() -> list[dict]:
+    import yaml
+    path = Path(os.environ.get("RLTUNE_POOLS_FILE", str(HACK / "pools.yaml")))
+    pools = yaml.safe_load(path.read_text())["pools"]
+    gpu = next((p for p in pools if p.get("gpuType")), None)
+    if gpu is not None:
+        if os.environ.get("RLTUNE_GPU_TYPE"):
+            gpu["gpuType"] = os.environ["RLTUNE_GPU_TYPE"]
+            gpu["name"] = os.environ["RLTUNE_GPU_TYPE"].lower()
+        if os.environ.get("RLTUNE_GPU_NODES"):
+            gpu["nodes"] = int(os.environ["RLTUNE_GPU_NODES"])
+        if os.environ.get("RLTUNE_GPUS_PER_NODE"):
+            gpu["gpusPerNode"] = int(os.environ["RLTUNE_GPUS_PER_NODE"])
+    return pools
+
+
+def node_manifest(pool: str, index: int, gpu_type: str | None, gpus_per_node: int,
+                  cpu: str, memory: str) -> dict:
+    name = f"{pool}-{index}"
+    labels = {
+        "type": "kwok",
+        "rltune.io/pool": pool,
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/exclude-from-external-load-balancers": "true",
+    }
+    capacity = {"cpu": str(cpu), "memory": str(memory), "pods": "110",
+                "ephemeral-storage": "7Ti"}
+    taints = []
+    if gpu_type:
+        info = GPU_TYPES.get(gpu_type.upper())
+        if info is None:
+            raise ValueError(f"unknown GPU type {gpu_type!r}; known: {sorted(GPU_TYPES)}")
+        labels.update({
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": info["product"],
+            "nvidia.com/gpu.count": str(gpus_per_node),
+            "nvidia.com/gpu.memory": str(info["memory"]),
+            "nvidia.com/gpu.family": info["family"],
+            "node.kubernetes.io/instance-type": f"{gpu_type.lower()}-x{gpus_per_node}",
+        })
+        capacity["nvidia.com/gpu"] = str(gpus_per_node)
+        taints.append({"key": "nvidia.com/gpu", "effect": "NoSchedule"})
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels,
+                     "annotations": {KWOK_NODE_ANNOTATION: "fake",
+                                     "node.alpha.kubernetes.io/ttl": "0"}},
+        "spec": {"taints": taints},
+        "status": {"capacity": capacity, "allocatable": dict(capacity),
+                   "phase": "Pending"},
+    }
+
+
+def create_pool(api, name: str, gpu_type: str | None = "B300", nodes: int = 8,
+                gpus_per_node: int = 8, cpu: str = "224", memory: str = "4Ti",
+                wait_ready: bool = True, timeout: float = 60.0) -> list[str]:
+    """Create (idempotently) `nodes` kwok nodes named <name>-<i>. `api` is a
+    kubernetes.client.CoreV1Api. Returns the node names; waits until kwok marks them Ready."""
+    from kubernetes.client.rest import ApiException
+    names = []
+    for i in range(nodes):
+        body = node_manifest(name, i, gpu_type, gpus_per_node, cpu, memory)
+        names.append(body["metadata"]["name"])
+        try:
+            api.create_node(body)
+        except ApiException as e:
+            if e.status != 409:
+                raise
+    if wait_ready:
+        deadline = time.time() + timeout
+        while True:
+            ready = 0
+            for n in api.list_node(label_selector=f"rltune.io/pool={name}").items:
+                conds = {c.type: c.status for c in (n.status.conditions or [])}
+                taints = [t.key for t in (n.spec.taints or [])]
+                if conds.get("Ready") == "True" and "node.kubernetes.io/not-ready" not in taints:
+                    ready += 1
+            if ready >= nodes:
+                break
+            if time.time() > deadline:
+                raise TimeoutError(f"pool {name}: {ready}/{nodes} nodes Ready after {timeout}s")
+            time.sleep(0.25)
+    return names
+
+
+def delete_pool(api, name: str) -> None:
+    api.delete_collection_node(label_selector=f"rltune.io/pool={name}")
+
+
+def core_api():
+    from kubernetes import client, config
+    return client.CoreV1Api(config.new_client_from_config(str(KUBECONFIG)))
+
+
+# ----------------------------------------------------------------------------- up / down
+def component_argv(bins: Path) -> dict[str, list[str]]:
+    s = str(STATE)
+    kc = str(KUBECONFIG)
+    return {
+        "etcd": [
+            str(bins / "etcd"), "--name=bed", f"--data-dir={s}/etcd",
+            f"--listen-client-urls=http://{HOST}:{PORTS['etcd']}",
+            f"--advertise-client-urls=http://{HOST}:{PORTS['etcd']}",
+            f"--listen-peer-urls=http://{HOST}:{PORTS['etcd-peer']}",
+            f"--initial-advertise-peer-urls=http://{HOST}:{PORTS['etcd-peer']}",
+            f"--initial-cluster=bed=http://{HOST}:{PORTS['etcd-peer']}",
+            "--listen-metrics-urls=", "--unsafe-no-fsync=true", "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ],
+        "kube-apiserver": [
+            str(bins / "kube-apiserver"),
+            f"--etcd-servers=http://{HOST}:{PORTS['etcd']}",
+            f"--bind-address={HOST}", f"--advertise-address={HOST}",
+            f"--secure-port={PORTS['kube-apiserver']}",
+            f"--tls-cert-file={s}/pki/apiserver.crt", f"--tls-private-key-file={s}/pki/apiserver.key",
+            f"--client-ca-file={s}/pki/ca.crt",
+            f"--service-account-key-file={s}/pki/sa.pub",
+            f"--service-account-signing-key-file={s}/pki/sa.key",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,"
+            "ResourceQuota,LimitRanger,Priority,DefaultStorageClass,"
+            "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy",
+            f"--audit-policy-file={s}/audit-policy.yaml", f"--audit-log-path={AUDIT_LOG}",
+            "--audit-log-format=json", "--audit-log-maxsize=200", "--audit-log-maxbackup=2",
+            "--audit-log-mode=blocking",
+            f"--kubelet-client-certificate={s}/pki/apiserver.crt",
+            f"--kubelet-client-key={s}/pki/apiserver.key",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            "--endpoint-reconciler-type=none",
+            "--profiling=false", "--v=1",
+        ],
+        "kube-controller-manager": [
+            str(bins / "kube-controller-manager"), f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            f"--bind-address={HOST}", f"--secure-port={PORTS['kube-controller-manager']}",
+            "--leader-elect=false", "--controllers=*",
+            f"--root-ca-file={s}/pki/ca.crt",
+            f"--service-account-private-key-file={s}/pki/sa.key",
+            "--use-service-account-credentials=false",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            "--node-monitor-grace-period=3m", "--node-monitor-period=10s",
+            "--concurrent-gc-syncs=20", "--kube-api-qps=500", "--kube-api-burst=1000",
+            "--profiling=false", "--v=1",
+        ],
+        "kube-scheduler": [
+            str(bins / "kube-scheduler"), f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
+            f"--bind-address={HOST}", f"--secure-port={PORTS['kube-scheduler']}",
+            "--leader-elect=false", "--kube-api-qps=500", "--kube-api-burst=1000",
+            "--profiling=false", "--v=1",
+        ],
+        "kwok": [
+            str(bins / "kwok"), f"--kubeconfig={kc}", f"--config={s}/kwok.yaml",
+            f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
+            f"--cidr={POD_CIDR}", f"--node-ip={HOST}",
+            f"--node-port={PORTS['kwok']}", f"--server-address={HOST}:{PORTS['kwok']}",
+            f"--tls-cert-file={s}/pki/apiserver.crt", f"--tls-private-key-file={s}/pki/apiserver.key",
+            "--node-lease-duration-seconds=40", "--v=WARN",
+        ],
+        "pushgateway": [
+            system_bin("prometheus-pushgateway"),
+            f"--web.listen-address={HOST}:{PORTS['pushgateway']}",
+            f"--persistence.file={s}/pushgateway.db", "--persistence.interval=5s",
+            "--web.enable-admin-api", "--log.level=warn",
+        ],
+        "prometheus": [
+            system_bin("prometheus"), f"--config.file={s}/prometheus/prometheus.yml",
+            f"--storage.tsdb.path={s}/prometheus/data",
+            f"--web.listen-address={HOST}:{PORTS['prometheus']}",
+            "--web.enable-lifecycle", "--web.enable-admin-api",
+            "--storage.tsdb.retention.time=7d", "--log.level=warn",
+        ],
+        "podrunner": [
+            sys.executable, str(HACK / "podrunner.py"), f"--kubeconfig={kc}", f"--state={s}",
+        ],
+    }
+
+
+def is_up() -> bool:
+    if not all(running_pid(n) for n in ORDER):
+        return False
+    try:
+        code, _ = api_get("/readyz", timeout=2)
+        return code == 200
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def write_env_file() -> None:
+    (STATE / "env").write_text(
+        f"KUBECONFIG={KUBECONFIG}\nPROMETHEUS_URL={PROMETHEUS_URL}\n"
+        f"PUSHGATEWAY_URL={PUSHGATEWAY_URL}\nRLTUNE_BED_STATE={STATE}\n"
+        f"RLTUNE_AUDIT_LOG={AUDIT_LOG}\n")
+
+
+def up(wait: bool = True) -> None:
+    t0 = time.time()
+    if is_up():
+        print(f"test bed is up (kubeconfig {KUBECONFIG})")
+        return
+    bins = bin_dir(build=True)
+    STATE.mkdir(parents=True, exist_ok=True)
+    for d in (LOGS, PIDS, STATE / "prometheus" / "targets", STATE / "pods", STATE / "runner"):
+        d.mkdir(parents=True, exist_ok=True)
+    ensure_pki()
+    write_kubeconfig()
+    (STATE / "audit-policy.yaml").write_text(audit_policy())
+    (STATE / "kwok.yaml").write_text(kwok_config())
+    (STATE / "prometheus" / "prometheus.yml").write_text(prometheus_config())
+    argv = component_argv(bins)
+    fresh = not (STATE / "etcd").exists()
+
+    start_process("etcd", argv["etcd"])
+    wait_for("etcd", lambda: http_ok(f"http://{HOST}:{PORTS['etcd']}/health"), 60, "etcd")
+    start_process("kube-apiserver", argv["kube-apiserver"])
+    wait_for("kube-apiserver", lambda: api_get("/readyz", 2)[0] == 200, 120, "kube-apiserver")
+    for name in ("kube-controller-manager", "kube-scheduler", "kwok", "pushgateway", "prometheus"):
+        start_process(name, argv[name])
+    wait_for("pushgateway", lambda: http_ok(f"{PUSHGATEWAY_URL}/-/ready"), 30, "pushgateway")
+    wait_for("prometheus", lambda: http_ok(f"{PROMETHEUS_URL}/-/ready"), 60, "prometheus")
+
+    api = core_api()
+    existing = {n.metadata.labels.get("rltune.io/pool") for n in api.list_node().items}
+    for p in load_pools():
+        if p["name"] in existing:
+            continue
+        names = create_pool(api, p["name"], p.get("gpuType"), int(p.get("nodes", 1)),
+                            int(p.get("gpusPerNode", 8)), str(p.get("cpu", "32")),
+                            str(p.get("memory", "128Gi")), wait_ready=wait)
+        log(f"pool {p['name']}: {len(names)} nodes ({p.get('gpuType') or 'cpu'})")
+    start_process("podrunner", argv["podrunner"])
+    if wait:
+        def default_sa() -> bool:
+            return any(sa.metadata.name == "default"
+                       for sa in api.list_namespaced_service_account("default").items)
+        wait_for("ServiceAccount default/default", default_sa, 60, "kube-controller-manager")
+        wait_for("kube-scheduler", lambda: api_get("/api/v1/namespaces/default")[0] == 200
+                 and _healthz(PORTS["kube-scheduler"]), 60, "kube-scheduler")
+    write_env_file()
+    log(f"test bed up in {time.time() - t0:.1f}s ({'fresh' if fresh else 'existing data'}); "
+        f"KUBECONFIG={KUBECONFIG}")
+    print(f"test bed is up (kubeconfig {KUBECONFIG})")
+
+
+def _healthz(port: int) -> bool:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    try:
+        with urllib.request.urlopen(f"https://{HOST}:{port}/healthz", context=ctx, timeout=2) as r:
+            return r.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def down(keep_data: bool = False) -> None:
+    for name in reversed(ORDER):
+        stop_process(name, timeout=20 if name == "podrunner" else 15)
+    # the runner kills its pods' process groups on SIGTERM; sweep leftovers (marked by env)
+    for pid in pod_process_pids():
+        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                kill()
+            except (ProcessLookupError, PermissionError):
+                pass
+    if not keep_data:
+        for d in ("etcd", "prometheus/data", "runner", "pods"):
+            shutil.rmtree(STATE / d, ignore_errors=True)
+        (STATE / "pushgateway.db").unlink(missing_ok=True)
+        for f in (STATE / "prometheus" / "targets").glob("*.json"):
+            f.unlink()
+    print("test bed is down")
+
+
+def pod_process_pids() -> list[int]:
+    """pids of pod processes started by the runner for this state dir (marked in environ)."""
+    marker = f"RLTUNE_BED_STATE={STATE}".encode()
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            env = (p / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in env and any(e.startswith(b"RLTUNE_POD_UID=") for e in env):
+            out.append(int(p.name))
+    return out
+
+
+def status() -> int:
+    rc = 0
+    for name in ORDER:
+        pid = running_pid(name)
+        print(f"{name:26s} {'up   pid ' + str(pid) if pid else 'down'}")
+        rc |= 0 if pid else 1
+    return rc
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    u = sub.add_parser("up")
+    u.add_argument("--no-wait", action="store_true")
+    d = sub.add_parser("down")
+    d.add_argument("--keep-data", action="store_true", help="keep etcd/prometheus data")
+    sub.add_parser("status")
+    sub.add_parser("kubeconfig")
+    sub.add_parser("env")
+    sub.add_parser("kwok-config")
+    a = ap.parse_args(argv)
+    if a.cmd == "up":
+        up(wait=not a.no_wait)
+    elif a.cmd == "down":
+        down(keep_data=a.keep_data)
+    elif a.cmd == "status":
+        return status()
+    elif a.cmd == "kubeconfig":
+        print(KUBECONFIG)
+    elif a.cmd == "env":
+        print(f"KUBECONFIG={KUBECONFIG}\nPROMETHEUS_URL={PROMETHEUS_URL}\n"
+              f"PUSHGATEWAY_URL={PUSHGATEWAY_URL}\nRLTUNE_BED_STATE={STATE}\nRLTUNE_AUDIT_LOG={AUDIT_LOG}")
+    elif a.cmd == "kwok-config":
+        print(kwok_config())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,266 @@
+"""Acceptance tests of the local test bed (GitHub issue 2): real kube-apiserver, kube-scheduler,
+kube-controller-manager, kwok nodes, the local pod runner, Prometheus and the Pushgateway."""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+import uuid
+
+import pytest
+import yaml
+
+import bed as b
+from bed import testbed
+
+
+# ----------------------------------------------------------------------------- no bed needed
+def test_image_mapping_regex_matches_globs():
+    import re
+    rx = re.compile(testbed.image_regex())
+    for img in ("rltune/trial:dev", "ghcr.io/rltune/trial:0.1", "ghcr.io/rltune/operator:latest",
+                "localhost:5000/rltune/trial:x"):
+        assert rx.match(img), img
+    for img in ("registry.k8s.io/pause:3.10", "nginx", "rltune/other:1", "busybox"):
+        assert not rx.match(img), img
+
+
+def test_kwok_config_is_valid_yaml_with_stages():
+    docs = list(yaml.safe_load_all(testbed.kwok_config()))
+    names = {d["metadata"]["name"] for d in docs}
+    assert {"rltune-node-initialize", "rltune-pod-ready", "rltune-pod-complete",
+            "rltune-pod-delete"} <= names
+    for d in docs:
+        assert d["kind"] == "Stage"
+
+
+def test_node_manifest_gfd_labels_and_taint():
+    n = testbed.node_manifest("h200", 3, "H200", 8, "192", "2Ti")
+    lab = n["metadata"]["labels"]
+    assert lab["nvidia.com/gpu.product"] == "NVIDIA-H200"
+    assert lab["nvidia.com/gpu.count"] == "8"
+    assert lab["nvidia.com/gpu.family"] == "hopper"
+    assert n["status"]["capacity"]["nvidia.com/gpu"] == "8"
+    assert n["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    cpu = testbed.node_manifest("system", 0, None, 0, "32", "128Gi")
+    assert "nvidia.com/gpu" not in cpu["status"]["capacity"] and not cpu["spec"]["taints"]
+
+
+def test_env_expansion():
+    from podrunner import expand
+    assert expand("--x=$(A) $$(A) $(B)", {"A": "1"}) == "--x=1 $(A) $(B)"
+
+
+# ----------------------------------------------------------------------------- scheduling
+def _gpu_pool(core, pool="b300"):
+    nodes = core.list_node(label_selector=f"rltune.io/pool={pool}").items
+    if not nodes:
+        pytest.skip(f"bed has no '{pool}' pool (started with another shape?)")
+    return nodes
+
+
+def test_gpu_pod_scheduled_on_b300_node(bed, core, namespace):
+    _gpu_pool(core)
+    core.create_namespaced_pod(namespace, b.gpu_pod("gpu8", 8))
+    pod = b.wait_pod(core, namespace, "gpu8", phases=("Running",), timeout=30)
+    node = core.read_node(pod.spec.node_name)
+    assert node.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-B300"
+    assert node.status.allocatable["nvidia.com/gpu"] == "8"
+    assert b.pod_condition(pod, "PodScheduled").status == "True"
+    # the apiserver's audit log records the pod creation (Metadata level)
+    def audited():
+        for line in bed.audit_log.read_text().splitlines():
+            ev = json.loads(line)
+            ref = ev.get("objectRef", {})
+            if (ev["verb"] == "create" and ref.get("resource") == "pods"
+                    and ref.get("namespace") == namespace and ev["stage"] == "ResponseComplete"):
+                return ev
+    ev = b.wait_for(audited, 10, what="audit event")
+    assert ev["level"] == "Metadata" and ev["responseStatus"]["code"] == 201
+
+
+def test_pod_asking_9_gpus_stays_pending(bed, core, namespace):
+    _gpu_pool(core)
+    core.create_namespaced_pod(namespace, b.gpu_pod("gpu9", 9))
+
+    def unschedulable():
+        p = core.read_namespaced_pod("gpu9", namespace)
+        c = b.pod_condition(p, "PodScheduled")
+        return c if c is not None and c.status == "False" else None
+    cond = b.wait_for(unschedulable, 30, what="PodScheduled=False")
+    assert cond.reason == "Unschedulable"
+    assert "Insufficient nvidia.com/gpu" in cond.message
+    assert core.read_namespaced_pod("gpu9", namespace).status.phase == "Pending"
+
+
+def test_eight_pods_fill_the_pool_and_ninth_pends(bed, core, namespace):
+    nodes = _gpu_pool(core)
+    assert len(nodes) == 8
+    sel = {"rltune.io/pool": "b300"}
+    for i in range(9):
+        core.create_namespaced_pod(namespace, b.gpu_pod(f"fill-{i}", 8, node_selector=sel))
+
+    def settled():
+        pods = core.list_namespaced_pod(namespace).items
+        bound = [p for p in pods if p.spec.node_name]
+        pending = [p for p in pods if not p.spec.node_name
+                   and getattr(b.pod_condition(p, "PodScheduled"), "status", None) == "False"]
+        return (bound, pending) if len(bound) == 8 and len(pending) == 1 else None
+    bound, pending = b.wait_for(settled, 60, what="8 bound + 1 unschedulable")
+    assert len({p.spec.node_name for p in bound}) == 8  # one per node: 8 GPUs each
+    assert "Insufficient nvidia.com/gpu" in b.pod_condition(pending[0], "PodScheduled").message
+
+
+def test_h200_pool_of_16_nodes_can_be_created(bed, core, namespace):
+    pool = b.unique("h200")
+    names = b.create_pool(core, pool, "H200", nodes=16, gpus_per_node=8, cpu="192", memory="2Ti")
+    try:
+        assert len(names) == 16
+        nodes = core.list_node(label_selector=f"rltune.io/pool={pool}").items
+        assert len(nodes) == 16
+        assert {n.metadata.labels["nvidia.com/gpu.product"] for n in nodes} == {"NVIDIA-H200"}
+        assert {n.metadata.labels["nvidia.com/gpu.memory"] for n in nodes} == {"143771"}
+        core.create_namespaced_pod(namespace, b.gpu_pod(
+            "h200pod", 8, product="NVIDIA-H200", node_selector={"rltune.io/pool": pool}))
+        pod = b.wait_pod(core, namespace, "h200pod", phases=("Running",), timeout=30)
+        assert pod.spec.node_name.startswith(pool)
+    finally:
+        core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
+        b.delete_pool(core, pool)
+
+
+# ----------------------------------------------------------------------------- pod runner
+def test_mapped_pod_runs_locally_and_succeeds(bed, core, namespace):
+    code = ("import os, sys; print('hello from', os.environ['POD_NAME'], os.environ['POD_NAMESPACE'],"
+            " os.environ['POD_IP'], os.environ['NODE_NAME'], os.environ['GREETING'], sys.executable);"
+            " print('pushgateway', os.environ['RLTUNE_PUSHGATEWAY_URL'])")
+    core.create_namespaced_pod(namespace, b.python_pod(
+        "ok", code, env=[{"name": "GREETING", "value": "hi-$(POD_NAME)"}]))
+    pod = b.wait_pod(core, namespace, "ok", timeout=60)
+    assert pod.status.phase == "Succeeded", pod.status
+    cs = pod.status.container_statuses[0]
+    assert cs.state.terminated.exit_code == 0 and cs.state.terminated.reason == "Completed"
+    out = bed.pod_log(namespace, "ok")
+    assert f"hello from ok {namespace} {pod.status.pod_ip} {pod.spec.node_name} hi-ok" in out
+    assert str(bed.repo / ".venv") in out or "python" in out
+    assert pod.status.pod_ip.startswith("127.")
+
+
+@pytest.mark.parametrize("exit_code,reason", [(3, "Error"), (137, "OOMKilled")])
+def test_mapped_pod_failure_reports_exit_code(bed, core, namespace, exit_code, reason):
+    core.create_namespaced_pod(namespace, b.python_pod(
+        "fail", f"import sys; sys.exit({exit_code})"))
+    pod = b.wait_pod(core, namespace, "fail", timeout=60)
+    assert pod.status.phase == "Failed"
+    term = pod.status.container_statuses[0].state.terminated
+    assert term.exit_code == exit_code and term.reason == reason
+
+
+def test_deleting_a_running_pod_kills_its_process(bed, core, namespace):
+    marker = f"rltune-sleep-{uuid.uuid4().hex[:8]}"
+    core.create_namespaced_pod(namespace, b.python_pod(
+        "sleeper", f"import time  # {marker}\ntime.sleep(600)", grace=10))
+    pod = b.wait_pod(core, namespace, "sleeper", phases=("Running",), timeout=30)
+    pids = b.wait_for(lambda: b.pids_with_cmdline(marker), 30, what="process started")
+    assert b.pod_pids(pod.metadata.uid)
+    core.delete_namespaced_pod("sleeper", namespace)  # graceful (10 s); SIGTERM ends python
+    b.wait_pod_gone(core, namespace, "sleeper", timeout=20)
+    b.wait_for(lambda: not b.pids_with_cmdline(marker), 10, what="process gone")
+    assert not b.pod_pids(pod.metadata.uid)
+    for pid in pids:
+        assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
+
+
+def test_sigterm_ignoring_process_is_killed_after_grace(bed, core, namespace):
+    marker = f"rltune-stubborn-{uuid.uuid4().hex[:8]}"
+    code = (f"import signal, time  # {marker}\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\ntime.sleep(600)")
+    core.create_namespaced_pod(namespace, b.python_pod("stubborn", code, grace=2))
+    b.wait_pod(core, namespace, "stubborn", phases=("Running",), timeout=30)
+    b.wait_for(lambda: "ready" in bed.pod_log(namespace, "stubborn"), 30, what="process ready")
+    t0 = time.time()
+    core.delete_namespaced_pod("stubborn", namespace)
+    b.wait_pod_gone(core, namespace, "stubborn", timeout=20)
+    assert time.time() - t0 >= 1.5  # it waited for the grace period before SIGKILL
+    b.wait_for(lambda: not b.pids_with_cmdline(marker), 10, what="process gone")
+
+
+def test_runner_restart_readopts_without_duplicates(bed, core, namespace):
+    marker = f"rltune-readopt-{uuid.uuid4().hex[:8]}"
+    flag = bed.state_dir / f"{marker}.go"
+    code = (f"import os, time  # {marker}\n"
+            f"while not os.path.exists({str(flag)!r}): time.sleep(0.1)\n"
+            "print('released')")
+    core.create_namespaced_pod(namespace, b.python_pod("readopt", code))
+    b.wait_pod(core, namespace, "readopt", phases=("Running",), timeout=30)
+    b.wait_for(lambda: b.pids_with_cmdline(marker), 30, what="process started")
+    testbed.stop_process("podrunner")
+    argv = testbed.component_argv(testbed.bin_dir(build=False))["podrunner"]
+    testbed.start_process("podrunner", argv)
+    time.sleep(2)  # the new runner lists pods and re-adopts
+    assert len([p for p in b.pids_with_cmdline(marker)
+                if "rltune-pod" not in open(f"/proc/{p}/cmdline").read()]) == 1
+    flag.write_text("go")
+    try:
+        pod = b.wait_pod(core, namespace, "readopt", timeout=30)
+        assert pod.status.phase == "Succeeded"
+        assert "released" in bed.pod_log(namespace, "readopt")
+    finally:
+        flag.unlink(missing_ok=True)
+
+
+def test_owner_deletion_garbage_collects_pods(bed, core, namespace):
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"},
+                                                          "data": {"k": "v"}})
+    ref = b.owner_ref(owner, "ConfigMap")
+    marker = f"rltune-gc-{uuid.uuid4().hex[:8]}"
+    core.create_namespaced_pod(namespace, b.python_pod(
+        "child-mapped", f"import time  # {marker}\ntime.sleep(600)", owner=ref))
+    plain = {"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": "child-plain", "ownerReferences": [dict(ref, controller=False)]},
+             "spec": {"containers": [{"name": "c", "image": b.PAUSE_IMAGE}],
+                      "terminationGracePeriodSeconds": 1}}
+    core.create_namespaced_pod(namespace, plain)
+    b.wait_pod(core, namespace, "child-mapped", phases=("Running",), timeout=30)
+    b.wait_pod(core, namespace, "child-plain", phases=("Running",), timeout=30)
+    b.wait_for(lambda: b.pids_with_cmdline(marker), 30, what="process started")
+    core.delete_namespaced_config_map("owner", namespace)  # background propagation
+    b.wait_pod_gone(core, namespace, "child-plain", timeout=30)
+    b.wait_pod_gone(core, namespace, "child-mapped", timeout=30)
+    b.wait_for(lambda: not b.pids_with_cmdline(marker), 10, what="process gone")
+
+
+# ----------------------------------------------------------------------------- prometheus
+def test_pushed_value_is_queryable_in_prometheus(bed):
+    job = b.unique("testbed-probe")
+    value = 1234.5 + (uuid.uuid4().int % 1000)
+    b.push_metric(bed.pushgateway_url, job,
+                  f"# TYPE rltune_testbed_probe gauge\nrltune_testbed_probe{{trial=\"t1\"}} {value}\n",
+                  instance="x")
+    res = b.wait_for(lambda: b.prom_query(bed.prometheus_url, f'rltune_testbed_probe{{job="{job}"}}'),
+                     30, interval=0.5, what="metric in Prometheus")
+    assert float(res[0]["value"][1]) == value
+    assert res[0]["metric"]["trial"] == "t1"  # honor_labels keeps the pushed labels
+    req = urllib.request.Request(f"{bed.pushgateway_url}/metrics/job/{job}/instance/x",
+                                 method="DELETE")
+    urllib.request.urlopen(req, timeout=5).close()
+
+
+def test_pod_metrics_scraped_via_file_sd(bed, core, namespace):
+    code = ("import http.server, os\n"
+            "class H(http.server.BaseHTTPRequestHandler):\n"
+            "    def do_GET(self):\n"
+            "        body = b'rltune_testbed_pod_up 1\\n'\n"
+            "        self.send_response(200); self.send_header('Content-Type','text/plain')\n"
+            "        self.end_headers(); self.wfile.write(body)\n"
+            "    def log_message(self, *a): pass\n"
+            "http.server.HTTPServer((os.environ['POD_IP'], 9400), H).serve_forever()\n")
+    core.create_namespaced_pod(namespace, b.python_pod(
+        "exporter", code, labels={"rltune.io/trial": "t7"},
+        annotations={"prometheus.io/scrape": "true", "prometheus.io/port": "9400"}))
+    b.wait_pod(core, namespace, "exporter", phases=("Running",), timeout=30)
+    res = b.wait_for(lambda: b.prom_query(
+        bed.prometheus_url, f'rltune_testbed_pod_up{{namespace="{namespace}",pod="exporter"}}'),
+        30, interval=0.5, what="pod metric scraped")
+    assert res[0]["metric"]["pod_label_rltune_io_trial"] == "t7"
