@@ -31,10 +31,21 @@ ROLLOUT_FEATS = ("lgr", "rtp", "rep", "gmu", "mns", "mnbt", "graphs", "fp8", "st
 TRAINER_FEATS = ("lgt", "ttp", "tpp", "tcp", "tep", "mbt", "rec", "off")
 SYNC_FEATS = ("place", "ws_ce", "ws_disk", "rtp", "lgt", "lgr")
 PHASE_FEATS = {
-    "generation": ROLLOUT_FEATS, "generation_tail": ROLLOUT_FEATS, "tool": ROLLOUT_FEATS,
+    "generation_bulk": ROLLOUT_FEATS, "generation_tail": ROLLOUT_FEATS,
     "old_logprob": TRAINER_FEATS, "ref_logprob": TRAINER_FEATS, "training": TRAINER_FEATS,
     "weight_sync": SYNC_FEATS,
 }
+# Calibrated quantities: the rollout is split into its bulk (generation minus the tail) and the
+# long tail, which respond differently to the knobs; `generation` = bulk + tail.
+CAL_PHASES = ("generation_bulk", "generation_tail", "old_logprob", "ref_logprob", "training", "weight_sync")
+
+
+def cal_value(phases: dict, p: str) -> float:
+    if p == "generation_bulk":
+        return max(0.0, phases.get("generation", 0.0) - phases.get("generation_tail", 0.0))
+    return phases.get(p, 0.0)
+
+
 ALL_FEATS = tuple(dict.fromkeys(ROLLOUT_FEATS + TRAINER_FEATS + SYNC_FEATS))
 
 PRIOR_SD = 0.25  # log-space prior deviation of a phase correction away from measured configs
@@ -144,6 +155,7 @@ class Forecaster:
     # ------------------------------------------------------------------ calibration
     def _fit(self) -> None:
         self.gps: dict[str, _GP] = {}
+        self.eps: dict[str, float] = {}
         self.step_gp: Optional[_GP] = None
         if not self.obs:
             return
@@ -159,16 +171,17 @@ class Forecaster:
             return
         base_s = rows[0][1]
         scale = max(base_s.step_time_mean, 1e-6)
-        for p in P.WORK_PHASES:
-            meas = [r[1].phases.get(p, 0.0) for r in rows]
-            pred = [r[2].phases.get(p, 0.0) for r in rows]
+        for p in CAL_PHASES:
+            meas = [cal_value(r[1].phases, p) for r in rows]
+            pred = [cal_value(r[2].phases, p) for r in rows]
             if all(m < 1e-4 * scale for m in meas):
                 self.absent.add(p)
                 continue
             if all(x < 1e-4 * scale for x in pred):
                 self.additive[p] = float(np.mean(meas))
                 continue
-            eps = 1e-3 * scale
+            eps = 0.02 * max(max(meas), 1e-9)
+            self.eps[p] = eps
             y = np.array([math.log((m + eps) / (x + eps)) for m, x in zip(meas, pred)])
             X = np.array([[r[3][f] for f in PHASE_FEATS[p]] for r in rows])
             self.gps[p] = _GP(X, y, PRIOR_SD)
@@ -187,23 +200,29 @@ class Forecaster:
             out[p] = gp.predict(X)
         return out
 
+    def _apply(self, p: str, raw: float, logf: float) -> float:
+        e = self.eps.get(p, 0.0)
+        return max(0.0, (raw + e) * math.exp(logf) - e)
+
     def _compose_calibrated(self, k, bd, f, factors=None, i=0):
         phases = {}
-        for p in P.WORK_PHASES:
+        for p in CAL_PHASES:
+            raw = cal_value(bd.phases, p)
             if p in self.absent:
                 phases[p] = 0.0
             elif p in self.additive:
                 phases[p] = self.additive[p]
             elif factors is not None and p in factors:
-                phases[p] = bd.phases.get(p, 0.0) * math.exp(factors[p][0][i])
+                phases[p] = self._apply(p, raw, factors[p][0][i])
             elif factors is None and p in self.gps:
                 m, _ = self.gps[p].predict(np.array([[f[x] for x in PHASE_FEATS[p]]]))
-                phases[p] = bd.phases.get(p, 0.0) * math.exp(m[0])
+                phases[p] = self._apply(p, raw, m[0])
             else:
-                phases[p] = bd.phases.get(p, 0.0)
-        for p in P.SUB_PHASES:  # informational parts of generation, scaled with it
-            raw_gen = bd.phases.get("generation", 0.0)
-            phases[p] = bd.phases.get(p, 0.0) * (phases["generation"] / raw_gen if raw_gen > 0 else 1.0)
+                phases[p] = raw
+        bulk = phases.pop("generation_bulk")
+        phases["generation"] = bulk + phases["generation_tail"]
+        raw_bulk = cal_value(bd.phases, "generation_bulk")
+        phases["tool"] = bd.phases.get("tool", 0.0) * (bulk / raw_bulk if raw_bulk > 0 else 1.0)
         return P.compose(phases, k)
 
     # ------------------------------------------------------------------ prediction
@@ -239,7 +258,8 @@ class Forecaster:
             if self.calibrated and self.step_gp is not None:
                 var = 0.0
                 for p, (m, s) in factors.items():
-                    var += (phases.get(p, 0.0) * s[j]) ** 2
+                    v = phases.get(p, 0.0) if p != "generation_bulk" else phases["generation"] - phases["generation_tail"]
+                    var += (v * s[j]) ** 2
                 step *= math.exp(sm[j])
                 rel = math.sqrt(var) / max(step, 1e-9)
                 std = step * math.sqrt(rel ** 2 + ss[j] ** 2)

@@ -119,6 +119,11 @@ def longest_response(tf: TaskFacts) -> float:
     return min(tf.max_len, math.exp(mu + math.sqrt(s2) * z))
 
 
+def response_quantile(tf: TaskFacts, q: float) -> float:
+    s2 = math.log(1 + tf.cv ** 2)
+    return min(tf.max_len, math.exp(math.log(tf.mean_len) - s2 / 2 + math.sqrt(s2) * NormalDist().inv_cdf(q)))
+
+
 def median_response(tf: TaskFacts) -> float:
     s2 = math.log(1 + tf.cv ** 2)
     return math.exp(math.log(tf.mean_len) - s2 / 2)
@@ -179,22 +184,30 @@ def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int
     wanted = min(max_seqs, n_r)
     b = max(1.0, min(wanted, b_kv))
     pressure = wanted / max(b_kv, 1e-9)
-    t_it = _decode_iter(mf, g, tp, ep, fp8, graphs, b, live_ctx * 0.7, kv_tok_gpu)
-    gen = n_r * tf.mean_len * t_it / b
+    # Decode iteration cost is ~affine in the batch: t(b) = a + c*b (a: weights, launches, collective
+    # latency; c: KV reads, compute, collective bytes per sequence). A replica decodes n_r sequences,
+    # b at a time. Every token costs c once; every iteration costs a, and there are at least L_max
+    # iterations (the longest response), more when sequences queue behind a full batch.
+    t_b = _decode_iter(mf, g, tp, ep, fp8, graphs, b, live_ctx * 0.7, kv_tok_gpu)
+    t_1 = _decode_iter(mf, g, tp, ep, fp8, graphs, 1.0, live_ctx * 0.7, kv_tok_gpu)
+    c = max(0.0, (t_b - t_1) / max(b - 1.0, 1.0))
+    a = max(1e-6, t_b - c * b)
+    l_max = longest_response(tf)
+    if partial:  # long generations are interrupted at the weight sync and resumed next step
+        l_max = min(l_max, response_quantile(tf, 0.9))
+    tokens = n_r * tf.mean_len
+    iters = l_max + max(0.0, tokens / b - tf.mean_len)
+    gen = c * tokens + a * iters
     if pressure > 1.0:  # vLLM over-admits, then preempts and re-prefills (REFERENCE 3)
         gen *= 1.0 + 0.35 * min(pressure - 1.0, 3.0)
     # prefill (compute-bound): 2*N_active*T
     pre_tok = tf.n_seq * tf.prompt * (tf.turns if tf.agentic else 1)
     peak = (g.fp8_tflops if fp8 else g.bf16_tflops) * 1e12
     gen += 2.0 * mf.active * pre_tok / (gpus_r * peak * PREFILL_EFF) * (1.0 + 4096.0 / max_batched) / 1.5
-    # long tail: the longest response decodes at a small batch after the bulk has drained
-    l_max = longest_response(tf)
-    b_tail = max(1.0, min(b, n_r) * 0.05)
-    t_small = _decode_iter(mf, g, tp, ep, fp8, graphs, b_tail, (tf.prompt + l_max) * 0.7, kv_tok_gpu)
-    tail = max(0.0, l_max * t_small - 0.5 * gen)
-    tail = max(tail, 0.05 * gen)
-    if partial:
-        tail *= 0.3
+    # the long tail: iterations after the median response finished, at a small batch
+    tail = a * max(0.0, l_max - median_response(tf)) + c * n_r * 0.02 * (l_max - median_response(tf))
+    tail = min(tail, gen)
+    gen -= tail
     tool = 0.0
     if tf.agentic and tf.tool_s > 0:
         conc = min(tf.n_seq, replicas * b)

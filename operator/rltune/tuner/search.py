@@ -215,7 +215,8 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
             elif p in fc.gps:
                 X = np.array([[f[x] for x in PHASE_FEATS[p]] for f in feats_list])
                 m, _ = fc.gps[p].predict(X)
-                tot += vals * np.exp(m)
+                e = fc.eps.get(p, 0.0)
+                tot += np.maximum(0.0, (vals + e) * np.exp(m) - e)
             else:
                 tot += vals
         return tot
@@ -245,9 +246,9 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
                 kk = dict(ko) | r
                 rows.append(r)
                 feats.append(features(kk, gpus, gt, gr))
-                raws.append({"generation": ro[0] + ro[1] + ro[2]})
+                raws.append({"generation_bulk": ro[0] + ro[2], "generation_tail": ro[1]})
             if rows:
-                tot = calib(("generation",), feats, raws)
+                tot = calib(("generation_bulk", "generation_tail"), feats, raws)
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
                 # keep diversity in the memory dimension (colocated memory coupling) and the baseline half

@@ -1,0 +1,87 @@
+"""Forecaster: calibration to a measured baseline, phases moving the right way, memory fit."""
+
+import pytest
+
+from rltune.api.models import RLConfig
+from rltune.tuner import Forecaster, summarize
+from rltune.tuner.physics import longest_response, task_facts
+
+from tuner_fixtures import job, steps
+
+PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
+
+
+def test_uncalibrated_forecast_is_finite_with_wide_uncertainty():
+    spec = job()
+    p = Forecaster(spec).predict(spec.baseline)
+    assert p.feasible and 10 < p.step < 1e5
+    assert p.std / p.step == pytest.approx(0.30)
+
+
+def test_calibrates_to_the_measured_baseline():
+    spec = job()
+    s = summarize(steps(PH, noise=0.0))
+    fc = Forecaster(spec, [(spec.baseline, s)])
+    p = fc.predict(spec.baseline)
+    assert p.step == pytest.approx(s.step_time_mean, rel=0.03)
+    for ph in ("generation", "old_logprob", "training", "weight_sync"):
+        assert p.phases[ph] == pytest.approx(PH[ph], rel=0.05), ph
+    assert "ref_logprob" in fc.absent and p.phases["ref_logprob"] == 0.0
+    assert p.std < 0.1 * p.step  # uncertainty shrinks at a measured configuration
+
+
+def test_phases_move_the_right_way():
+    spec = job()
+    fc = Forecaster(spec, [(spec.baseline, summarize(steps(PH, noise=0.0)))])
+    base = fc.predict(spec.baseline)
+    more_kv = fc.predict(spec.baseline.with_knobs({"rollout.gpuMemoryUtilization": 0.85, "rollout.maxNumSeqs": 1024}))
+    assert more_kv.phases["generation"] < base.phases["generation"]
+    full = fc.predict(spec.baseline.with_knobs({"trainer.recompute": "full"}))
+    assert full.phases["training"] > base.phases["training"]
+    partial = fc.predict(spec.baseline.with_knobs({"async.staleness": 1, "async.partialRollout": True}))
+    assert partial.phases["generation_tail"] < base.phases["generation_tail"]
+    # disaggregated + one step off: rollout overlaps training, so the step is shorter than the serial sum
+    dis = spec.baseline.with_knobs({"placement": "disaggregated", "trainerGpus": 16, "async.staleness": 1})
+    dsync = spec.baseline.with_knobs({"placement": "disaggregated", "trainerGpus": 16})
+    assert fc.predict(dis).step < fc.predict(dsync).step
+    # a cheaper trainer-side knob moves the trainer phase only
+    tp = fc.predict(spec.baseline.with_knobs({"trainer.microBatchTokens": 32768}))
+    assert tp.phases["generation"] == pytest.approx(base.phases["generation"])
+
+
+def test_memory_fit_predicts_oom():
+    spec = job(workload={"framework": "twin", "model": {"preset": "deepseek-flash"}, "task": {"kind": "math"}})
+    fc = Forecaster(spec)
+    huge = RLConfig.model_validate({"trainer": {"tp": 1, "ep": 1, "recompute": "none", "microBatchTokens": 131072},
+                                    "rollout": {"tp": 1, "gpuMemoryUtilization": 0.5}})
+    p = fc.predict(huge)
+    assert not p.feasible and "GB" in p.reason
+
+
+def test_learned_oom_fence():
+    spec = job()
+    cfg = spec.baseline.with_knobs({"trainer.recompute": "none", "trainer.microBatchTokens": 32768})
+    fc = Forecaster(spec, oom_failures=[(cfg, "CUDA out of memory: trainer needs 300 GiB")])
+    assert not fc.predict(cfg).feasible
+    hungrier = cfg.with_knobs({"trainer.tp": 1})
+    assert not fc.predict(hungrier).feasible
+    assert fc.predict(spec.baseline).feasible
+
+
+def test_long_tail_grows_with_samples():
+    spec = job()
+    tf = task_facts(spec.workload.task)
+    assert longest_response(tf) > 3 * tf.mean_len
+    assert longest_response(tf) <= tf.max_len
+
+
+def test_recalibration_learns_from_trials():
+    spec = job()
+    base = summarize(steps(PH, noise=0.0))
+    cfg = spec.baseline.with_knobs({"rollout.tp": 4})
+    fc0 = Forecaster(spec, [(spec.baseline, base)])
+    p0 = fc0.predict(cfg)
+    truth = dict(PH, generation=p0.phases["generation"] * 1.4)
+    fc1 = Forecaster(spec, [(spec.baseline, base), (cfg, summarize(steps(truth, noise=0.0)))])
+    p1 = fc1.predict(cfg)
+    assert abs(p1.phases["generation"] - truth["generation"]) < abs(p0.phases["generation"] - truth["generation"]) * 0.3

@@ -1,0 +1,98 @@
+"""Search: validity, de-duplication, the GPU budget, staleness limit, frozen knobs, TaskSpec untouched."""
+
+from rltune.api.models import TaskSpec
+from rltune.tuner import Tuner, TrialRecord, baseline_record, summarize
+from rltune.tuner.search import Space
+
+from tuner_fixtures import job, steps
+
+PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
+
+ALL_KNOBS = ["placement", "trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep", "trainer.microBatchTokens",
+             "trainer.recompute", "trainer.offload", "rollout.tp", "rollout.expertParallel",
+             "rollout.gpuMemoryUtilization", "rollout.maxNumSeqs", "rollout.maxNumBatchedTokens",
+             "rollout.cudaGraphs", "rollout.fp8", "async.staleness", "async.partialRollout", "weightSync"]
+
+
+def _base(spec):
+    return baseline_record(spec, summarize(steps(PH)))
+
+
+def test_only_valid_configuration_is_found():
+    # 32 heads: rollout TP 3 and 5 are invalid, 8 is the only valid choice; everything else frozen
+    frozen = [k for k in ALL_KNOBS if k != "rollout.tp"]
+    spec = job(searchSpace={"knobs": {"rollout.tp": [3, 5, 8]}, "frozen": frozen})
+    base = _base(spec)
+    t = Tuner(spec, base, [])
+    props = t.propose(4, 32)
+    assert len(props) == 1 and props[0].config.rollout.tp == 8
+    assert props[0].changes == {"rollout.tp": [2, 8]}
+    rec = t.judge(t.record_for("t1", props[0]), summarize(steps(dict(PH, generation=300.0))))
+    t2 = Tuner(spec, base, [rec])
+    assert t2.propose(4, 32) == []
+    assert t2.done() == (True, "search space exhausted")
+
+
+def test_failed_configuration_is_never_proposed_twice():
+    spec = job()
+    base = _base(spec)
+    t = Tuner(spec, base, [])
+    p = t.propose(1, 32)[0]
+    failed = t.record_for("t1", p).model_copy(update={"state": "failed", "reason": "CUDA out of memory: trainer"})
+    t2 = Tuner(spec, base, [failed])
+    keys = {x.config.key() for x in t2.propose(8, 32)}
+    assert p.config.key() not in keys
+    # and nothing at least as memory-hungry as the OOM on the trainer side
+    fm = t2.forecaster.raw(p.config.flat()).trainer_mem_frac
+    for x in t2.propose(8, 32):
+        assert t2.forecaster.raw(x.config.flat()).trainer_mem_frac < fm
+
+
+def test_respects_gpus_free_and_budget():
+    spec = job(searchSpace={"allowFewerGpus": True, "minGpus": 8}, objective="gpuSecondsPerStep")
+    t = Tuner(spec, _base(spec), [])
+    assert set(t.space.gpus) == {8, 16, 24, 32}
+    props = t.propose(4, 16)
+    assert props and all(p.gpus <= 16 for p in props)
+    assert all(p.config.gpus <= 16 for p in props)
+    assert t.propose(2, 4) == []  # no configuration fits in 4 GPUs (whole nodes)
+
+
+def test_respects_max_staleness():
+    spec = job(constraints={"maxStaleness": 1}, searchSpace={"knobs": {"async.staleness": [0, 1, 2, 4]}})
+    t = Tuner(spec, _base(spec), [])
+    assert t.space.values["async.staleness"] == [0, 1]
+    for p in t.propose(8, 32) + t.rank(limit=50):
+        assert p.config.async_.staleness <= 1
+    spec0 = job(constraints={"maxStaleness": 0})
+    for p in Tuner(spec0, _base(spec0), []).rank(limit=50):
+        assert p.config.async_.staleness == 0 and not p.config.async_.partial_rollout
+
+
+def test_frozen_knobs_and_task_untouched():
+    spec = job(searchSpace={"frozen": ["rollout.tp", "placement"]})
+    task_before = spec.workload.task.model_dump()
+    t = Tuner(spec, _base(spec), [])
+    props = t.propose(6, 32) + t.rank(limit=30)
+    assert props
+    for p in props:
+        assert p.config.rollout.tp == 2 and p.config.placement == "colocated"
+        assert not any(k.startswith("task") for k in p.changes)
+    assert spec.workload.task.model_dump() == task_before
+    assert set(TaskSpec.model_fields).isdisjoint({k.split(".")[-1] for k in spec.baseline.flat()})
+
+
+def test_batch_is_diverse_and_unique():
+    spec = job()
+    t = Tuner(spec, _base(spec), [])
+    props = t.propose(4, 32)
+    assert len(props) == 4
+    assert len({p.config.key() for p in props}) == 4
+    assert all(p.bottleneck for p in props) and all(p.predicted > 0 and p.std > 0 for p in props)
+
+
+def test_space_lists_unknown_knob_clearly():
+    import pytest
+
+    with pytest.raises(ValueError, match="unknown knobs"):
+        Space(job(searchSpace={"knobs": {"rollout.bogus": [1]}}))
