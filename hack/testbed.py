@@ -38,6 +38,9 @@ PIDS = STATE / "pids"
 KUBECONFIG = STATE / "kubeconfig"
 AUDIT_LOG = STATE / "audit.log"
 
+# RLTUNE_BED_PORT_OFFSET shifts every port (and the pod IP range) so a second bed, with its own
+# RLTUNE_BED_STATE, can run beside the default one (e.g. CI while a developer's bed is up).
+PORT_OFFSET = int(os.environ.get("RLTUNE_BED_PORT_OFFSET", "0"))
 PORTS = {
     "etcd": 12379,
     "etcd-peer": 12380,
@@ -49,6 +52,7 @@ PORTS = {
     "pushgateway": 19091,
     "operator-metrics": 18080,  # scraped by Prometheus when an operator runs locally
 }
+PORTS = {k: v + PORT_OFFSET for k, v in PORTS.items()}
 HOST = "127.0.0.1"
 APISERVER_URL = f"https://{HOST}:{PORTS['kube-apiserver']}"
 PROMETHEUS_URL = f"http://{HOST}:{PORTS['prometheus']}"
@@ -56,7 +60,7 @@ PUSHGATEWAY_URL = f"http://{HOST}:{PORTS['pushgateway']}"
 # kwok hands out pod IPs from a loopback range: each "pod" process can bind its own 127.x address
 # (Linux routes all of 127/8 to lo), so many trials can use the same port, and Prometheus can
 # scrape <podIP>:<port> exactly like on a real cluster.
-POD_CIDR = "127.128.0.0/16"
+POD_CIDR = f"127.{128 + (PORT_OFFSET // 1000) % 120}.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
@@ -704,6 +708,13 @@ def component_argv(bins: Path) -> dict[str, list[str]]:
             f"--kubelet-client-key={s}/pki/apiserver.key",
             "--kubelet-preferred-address-types=InternalIP,Hostname",
             "--endpoint-reconciler-type=none",
+            # front-proxy / requestheader auth (aggregated APIs; keeps components' logs quiet)
+            f"--requestheader-client-ca-file={s}/pki/ca.crt",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={s}/pki/apiserver.crt",
+            f"--proxy-client-key-file={s}/pki/apiserver.key",
             "--profiling=false", "--v=1",
         ],
         "kube-controller-manager": [
@@ -805,6 +816,7 @@ def up(wait: bool = True) -> None:
                             int(p.get("gpusPerNode", 8)), str(p.get("cpu", "32")),
                             str(p.get("memory", "128Gi")), wait_ready=wait)
         log(f"pool {p['name']}: {len(names)} nodes ({p.get('gpuType') or 'cpu'})")
+    write_env_file()
     start_process("podrunner", argv["podrunner"])
     if wait:
         def default_sa() -> bool:
@@ -813,7 +825,6 @@ def up(wait: bool = True) -> None:
         wait_for("ServiceAccount default/default", default_sa, 60, "kube-controller-manager")
         wait_for("kube-scheduler", lambda: api_get("/api/v1/namespaces/default")[0] == 200
                  and _healthz(PORTS["kube-scheduler"]), 60, "kube-scheduler")
-    write_env_file()
     log(f"test bed up in {time.time() - t0:.1f}s ({'fresh' if fresh else 'existing data'}); "
         f"KUBECONFIG={KUBECONFIG}")
     print(f"test bed is up (kubeconfig {KUBECONFIG})")
