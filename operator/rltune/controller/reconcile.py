@@ -540,7 +540,7 @@ class _Ctx:
 
     def succeed(self, why: str) -> None:
         b = self.status.best
-        msg = (f"best {b.trial}: {b.step_seconds:.1f}s/step, {b.speedup:.2f}x faster than the baseline on "
+        msg = (f"best {b.trial}: {b.step_seconds:.1f}s/step, {self.status.speedup} faster than the baseline on "
                f"{b.gpus} GPUs ({why})")
         self.tick.info("Succeeded", msg)
         self.r._set_phase(self.status, "Succeeded", msg, self.gen, self.now, complete=("Improved", msg))
