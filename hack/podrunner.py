@@ -151,6 +151,8 @@ class Runner:
         self.procs: dict[str, Proc] = {}       # "<uid>_<container>" -> Proc
         self.restart_at: dict[str, float] = {}  # container key -> when to restart
         self.finalizing: set[str] = set()     # uids whose deletion we finalized
+        self.tails: dict[str, list] = {}       # uid -> [raw log, CRI log, offset, last activity]
+        self.logs_crd = True                   # kwok's Logs CRD installed (kubectl logs)
         self.events: queue.Queue = queue.Queue()
         self.stop = threading.Event()
         env = {}
@@ -339,7 +341,7 @@ class Runner:
             cwd = str(REPO)
         with open(logfile, "ab") as lf:
             lf.write(f"==== {now_iso()} container {c['name']} start #{restart_count}: "
-                     f"{' '.join(argv)}\n".encode())
+                     f"{json.dumps(argv)}\n".encode())
             lf.flush()
             if not argv:
                 argv = ["/bin/sh", "-c", "echo 'no command for this image' >&2; exit 127"]
@@ -348,6 +350,7 @@ class Runner:
                 ["/bin/sh", "-c", '"$@"; echo $? > "$RLTUNE_EXIT_FILE"', "rltune-pod", *argv],
                 stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
                 start_new_session=True, close_fds=True)
+        self.ensure_kubectl_logs(pod, logfile)
         rec = {"uid": md["uid"], "namespace": md["namespace"], "name": md["name"],
                "container": c["name"], "pid": p.pid, "starttime": proc_starttime(p.pid),
                "exitfile": str(exitfile), "log": str(logfile), "startedAt": now_iso(),
@@ -358,6 +361,64 @@ class Runner:
         if restart_count:
             self.patch_container(pod, c["name"], {"running": {"startedAt": rec["startedAt"]}},
                                  ready=True, restart_count=restart_count)
+
+    # ------------------------------------------------------------------ kubectl logs
+    # kwok serves `kubectl logs` (apiserver -> kwok's kubelet port) from a CRI-format file named
+    # by a kwok `Logs` object; the runner keeps <ns>_<name>.cri.log in step with the plain log.
+    def ensure_kubectl_logs(self, pod: dict, logfile: Path) -> None:
+        md = pod["metadata"]
+        uid = md["uid"]
+        cri = logfile.with_suffix(".cri.log")
+        if uid not in self.tails:
+            cri.write_bytes(b"")  # (re)generated from the plain log, also after a runner restart
+            self.tails[uid] = [logfile, cri, 0, time.time()]
+        if not self.logs_crd:
+            return
+        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
+                "metadata": {"name": md["name"], "namespace": md["namespace"],
+                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
+                                                  "name": md["name"], "uid": uid}]},
+                "spec": {"logs": [{"containers": [c["name"] for c in pod["spec"]["containers"]],
+                                   "logsFile": str(cri), "follow": True}]}}
+        try:
+            self.request("POST", f"/apis/kwok.x-k8s.io/v1alpha1/namespaces/{md['namespace']}/logs",
+                         body=body)
+        except ApiError as e:
+            if e.status == 404:
+                self.logs_crd = False
+                log("kwok Logs CRD not installed: kubectl logs not wired")
+            elif e.status != 409:
+                log(f"creating Logs for {md['namespace']}/{md['name']} failed: {e}")
+
+    def pump_logs(self, final: set[str] = frozenset()) -> None:
+        t = time.time()
+        for uid, tail in list(self.tails.items()):
+            raw, cri, off, last = tail
+            try:
+                size = raw.stat().st_size
+            except OSError:
+                size = 0
+            if size > off:
+                with open(raw, "rb") as f:
+                    f.seek(off)
+                    data = f.read(size - off)
+                cut = data.rfind(b"\n") + 1
+                if uid in final:
+                    cut = len(data)
+                if cut:
+                    ts = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ").encode()
+                    lines = data[:cut].split(b"\n")
+                    if lines and lines[-1] == b"":
+                        lines.pop()
+                    # the runner's own "==== ... container x start/exited" lines stay out
+                    lines = [ln for ln in lines
+                             if not (ln.startswith(b"==== ") and b" container " in ln)]
+                    with open(cri, "ab") as f:
+                        f.write(b"".join(ts + b" stdout F " + ln + b"\n" for ln in lines))
+                    tail[2] = off + cut
+                    tail[3] = t
+            if uid not in self.pods and t - tail[3] > 5:
+                self.tails.pop(uid, None)  # pod gone: stop following
 
     def save(self, rec: dict) -> None:
         f = self.recdir / f"{rec['uid']}_{rec['container']}.json"
@@ -430,6 +491,7 @@ class Runner:
         with open(rec["log"], "ab") as lf:
             lf.write(f"==== {now_iso()} container {rec['container']} exited {code} ({reason})\n".encode())
         log(f"{rec['namespace']}/{rec['name']} [{rec['container']}] exited {code} ({reason})")
+        self.pump_logs(final={rec["uid"]})
         pod = self.pods.get(rec["uid"])
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return
@@ -527,6 +589,7 @@ class Runner:
 
     def tick(self) -> None:
         t = time.time()
+        self.pump_logs()
         for key, p in list(self.procs.items()):
             if p.rec.get("done"):
                 continue
@@ -609,6 +672,11 @@ class Runner:
                 self.forget(key)
                 continue
             self.procs[key] = p
+            if rec["uid"] not in self.tails:
+                lf = Path(rec["log"])
+                cri = lf.with_suffix(".cri.log")
+                cri.write_bytes(b"")
+                self.tails[rec["uid"]] = [lf, cri, 0, time.time()]
             if rec.get("done"):
                 continue
             if p.is_alive():

@@ -522,6 +522,42 @@ spec:
     return "---\n".join(docs)
 
 
+def kwok_logs_crd() -> dict:
+    """CRD of kwok's `Logs` (kwok.x-k8s.io/v1alpha1): the pod runner creates one per pod it runs,
+    naming the CRI-format log file kwok serves to `kubectl logs`."""
+    open_obj = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "logs.kwok.x-k8s.io"},
+        "spec": {
+            "group": "kwok.x-k8s.io", "scope": "Namespaced",
+            "names": {"kind": "Logs", "listKind": "LogsList", "plural": "logs", "singular": "logs"},
+            "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                          "subresources": {"status": {}},
+                          "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                              "spec": open_obj, "status": open_obj}}}}],
+        },
+    }
+
+
+def ensure_crds() -> None:
+    req = urllib.request.Request(
+        APISERVER_URL + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        data=json.dumps(kwok_logs_crd()).encode(), method="POST",
+        headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req, context=_ssl_ctx(), timeout=10).close()
+    except urllib.error.HTTPError as e:
+        if e.code != 409:
+            raise
+
+    def established() -> bool:
+        code, body = api_get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/logs.kwok.x-k8s.io")
+        conds = json.loads(body).get("status", {}).get("conditions", []) if code == 200 else []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+    wait_for("kwok Logs CRD", established, 30)
+
+
 def audit_policy() -> str:
     return """apiVersion: audit.k8s.io/v1
 kind: Policy
@@ -743,7 +779,7 @@ def component_argv(bins: Path) -> dict[str, list[str]]:
             f"--cidr={POD_CIDR}", f"--node-ip={HOST}",
             f"--node-port={PORTS['kwok']}", f"--server-address={HOST}:{PORTS['kwok']}",
             f"--tls-cert-file={s}/pki/apiserver.crt", f"--tls-private-key-file={s}/pki/apiserver.key",
-            "--node-lease-duration-seconds=40", "--v=WARN",
+            "--node-lease-duration-seconds=40", "--enable-crds=Logs", "--v=WARN",
         ],
         "pushgateway": [
             system_bin("prometheus-pushgateway"),
@@ -802,6 +838,7 @@ def up(wait: bool = True) -> None:
     wait_for("etcd", lambda: http_ok(f"http://{HOST}:{PORTS['etcd']}/health"), 60, "etcd")
     start_process("kube-apiserver", argv["kube-apiserver"])
     wait_for("kube-apiserver", lambda: api_get("/readyz", 2)[0] == 200, 120, "kube-apiserver")
+    ensure_crds()
     for name in ("kube-controller-manager", "kube-scheduler", "kwok", "pushgateway", "prometheus"):
         start_process(name, argv[name])
     wait_for("pushgateway", lambda: http_ok(f"{PUSHGATEWAY_URL}/-/ready"), 30, "pushgateway")

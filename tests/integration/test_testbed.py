@@ -145,6 +145,10 @@ def test_mapped_pod_runs_locally_and_succeeds(bed, core, namespace):
     assert f"hello from ok {namespace} {pod.status.pod_ip} {pod.spec.node_name} hi-ok" in out
     assert str(bed.repo / ".venv") in out or "python" in out
     assert pod.status.pod_ip.startswith("127.")
+    # kubectl logs: apiserver -> kwok's kubelet endpoint -> the CRI copy of the pod's output
+    logs = b.wait_for(lambda: core.read_namespaced_pod_log("ok", namespace, container="trial"),
+                      10, what="pod logs via the API")
+    assert logs.splitlines()[0].startswith(f"hello from ok {namespace}")
 
 
 @pytest.mark.parametrize("exit_code,reason", [(3, "Error"), (137, "OOMKilled")])
