@@ -159,7 +159,9 @@ def start_process(name: str, argv: list[str], env: dict | None = None) -> int:
     return p.pid
 
 
-def stop_process(name: str, timeout: float = 15.0) -> None:
+def stop_process(name: str, timeout: float | None = None) -> None:
+    if timeout is None:  # an apiserver with open watches takes its time; etcd must flush
+        timeout = {"etcd": 15.0, "podrunner": 10.0}.get(name, 5.0)
     pid = running_pid(name)
     if pid:
         try:
@@ -880,7 +882,7 @@ def _healthz(port: int) -> bool:
 
 def down(keep_data: bool = False) -> None:
     for name in reversed(ORDER):
-        stop_process(name, timeout=20 if name == "podrunner" else 15)
+        stop_process(name)
     # the runner kills its pods' process groups on SIGTERM; sweep leftovers (marked by env)
     for pid in pod_process_pids():
         for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
@@ -913,6 +915,24 @@ def pod_process_pids() -> list[int]:
     return out
 
 
+def restart(names: list[str]) -> None:
+    """Restart some processes of a running bed with the current code and flags (keeps data)."""
+    argv = component_argv(bin_dir(build=False))
+    (STATE / "audit-policy.yaml").write_text(audit_policy())
+    (STATE / "kwok.yaml").write_text(kwok_config())
+    (STATE / "prometheus" / "prometheus.yml").write_text(prometheus_config())
+    for name in names:
+        if name not in argv:
+            raise SystemExit(f"unknown process {name}; one of {ORDER}")
+        stop_process(name)
+        if name == "kwok":
+            ensure_crds()
+        start_process(name, argv[name])
+        if name == "kube-apiserver":
+            wait_for("kube-apiserver", lambda: api_get("/readyz", 2)[0] == 200, 120, name)
+            ensure_crds()
+
+
 def status() -> int:
     rc = 0
     for name in ORDER:
@@ -930,6 +950,8 @@ def main(argv: list[str] | None = None) -> int:
     d = sub.add_parser("down")
     d.add_argument("--keep-data", action="store_true", help="keep etcd/prometheus data")
     sub.add_parser("status")
+    r = sub.add_parser("restart", help="restart processes of a running bed (keeps data)")
+    r.add_argument("names", nargs="+", choices=ORDER)
     sub.add_parser("kubeconfig")
     sub.add_parser("env")
     sub.add_parser("kwok-config")
@@ -938,6 +960,8 @@ def main(argv: list[str] | None = None) -> int:
         up(wait=not a.no_wait)
     elif a.cmd == "down":
         down(keep_data=a.keep_data)
+    elif a.cmd == "restart":
+        restart(a.names)
     elif a.cmd == "status":
         return status()
     elif a.cmd == "kubeconfig":

@@ -182,7 +182,8 @@ def test_sigterm_ignoring_process_is_killed_after_grace(bed, core, namespace):
             "print('ready', flush=True)\ntime.sleep(600)")
     core.create_namespaced_pod(namespace, b.python_pod("stubborn", code, grace=2))
     b.wait_pod(core, namespace, "stubborn", phases=("Running",), timeout=30)
-    b.wait_for(lambda: "ready" in bed.pod_log(namespace, "stubborn"), 30, what="process ready")
+    b.wait_for(lambda: "\nready\n" in bed.pod_log(namespace, "stubborn"), 30,
+               what="process ready (SIGTERM ignored)")
     t0 = time.time()
     core.delete_namespaced_pod("stubborn", namespace)
     b.wait_pod_gone(core, namespace, "stubborn", timeout=20)
