@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+import requests
 import yaml
 
 from rltune import demo
@@ -194,12 +195,43 @@ def test_twin_demo_end_to_end(bed, namespace, operator):
                  "involvedObject.kind=RLTuningJob", "-o", "json").stdout
     reasons = {e["reason"] for e in json.loads(ev)["items"]}
     assert "TrialStarted" in reasons and ({"TrialSucceeded", "TrialRejected"} & reasons)
-    # deleting the job removes every trial pod (garbage collection via owner references)
+    # raising maxTrials on the finished job resumes the search (generation > observedGeneration)
+    kubectl(env, "patch", "rltuningjob", "twin-demo", "-n", namespace, "--type=merge",
+            "-p", json.dumps({"spec": {"budget": {"maxTrials": 10}}}))
+    st2 = wait(lambda: (lambda s: s if s.get("observedGeneration") == 2 and s.get("phase") == "Succeeded" else None)(
+        (job(env, namespace) or {}).get("status") or {}), 300, "the resumed search to finish", interval=2)
+    search = [t for t in st2["trials"] if t["kind"] == "search"]
+    assert st2["trialsDone"].endswith("/10")
+    assert len(search) == 10 or "expected gain" in st2["message"] or "exhausted" in st2["message"], st2["message"]
+    # no pod name was ever created twice
     dups = [n for n, k in pod_creations(bed, namespace).items() if k > 1]
     assert not dups, dups
+    # deleting the job removes every trial pod (garbage collection via owner references) and its
+    # Pushgateway groups (the operator's delete handler)
+    groups = lambda: [g for g in requests.get(f"{bed.pushgateway_url}/api/v1/metrics", timeout=5).json()["data"]
+                      if g["labels"].get("namespace") == namespace]
+    assert groups()
     kubectl(env, "delete", "rltuningjob", "twin-demo", "-n", namespace, "--wait=true", "--timeout=60s")
     wait(lambda: not kubectl(env, "get", "pods", "-n", namespace, "-l", "rltune.io/job=twin-demo", "-o",
                              "name").stdout.strip(), 60, "trial pods to be gone")
+    wait(lambda: not groups(), 30, "the job's Pushgateway groups to be deleted")
+
+
+def test_unschedulable_baseline_fails_job(bed, namespace, operator):
+    """No H100 nodes in the pool: the baseline's pods never schedule -> Unschedulable, job Failed."""
+    env, start, log = operator
+    start()
+    doc = yaml.safe_load(EXAMPLE.read_text())
+    doc["spec"]["resources"]["gpuType"] = "H100"
+    doc["spec"]["budget"]["scheduleTimeoutSeconds"] = 5
+    kubectl(env, "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc))
+    st = wait(lambda: (lambda s: s if s.get("phase") in ("Succeeded", "Failed") else None)(
+        (job(env, namespace) or {}).get("status") or {}), 120, "the job to fail", interval=1)
+    assert st["phase"] == "Failed"
+    assert st["trials"][0]["state"] == "Unschedulable" and "not all 2 pods scheduled" in st["trials"][0]["reason"]
+    assert {c["type"]: c["reason"] for c in st["conditions"]}["Failed"] == "BaselineFailed"
+    wait(lambda: not kubectl(env, "get", "pods", "-n", namespace, "-o", "name").stdout.strip(), 60,
+         "the unschedulable pods to be torn down")
 
 
 def test_operator_restart_no_duplicates(bed, namespace, operator):
