@@ -190,7 +190,13 @@ def main(argv: Optional[list[str]] = None) -> int:
             for k, b, v in changed_knobs(job):
                 print(f"  {k:<32} {b!s:>10} -> {v}")
             print("overrides: " + " ".join(best.get("overrides") or []))
-        print(f"forecast error so far: {st.get('forecastError')}")
+        print("trials:")
+        for t in st.get("trials") or []:
+            pred, meas = t.get("predictedSeconds"), t.get("measuredSeconds")
+            print(f"  {t['id']:<9} {t.get('kind', ''):<8} {t.get('state', ''):<18} "
+                  f"forecast {pred if pred is not None else '-':>9}  measured {meas if meas is not None else '-':>9}"
+                  f"  {(t.get('reason') or '')[:70]}")
+        print(f"forecast error (median, relative): {st.get('forecastError')}")
         print(f"timings: first trial pod {first_pod:.1f}s after apply" if first_pod is not None else
               "timings: no trial pod seen", end="")
         print(f"; job {st.get('phase')} after {wall:.0f}s; operator peak RSS {peak_rss:.0f} MiB")
