@@ -109,7 +109,28 @@ def _convert(node: dict, defs: dict, path: str) -> dict:
         out["default"] = node["default"]
     if nullable:
         out["nullable"] = True
+    _teach(out)
     return out
+
+
+def _teach(out: dict) -> None:
+    """Append default, bounds and allowed values to a scalar's description, so `kubectl explain`
+    (which prints descriptions only) shows them too."""
+    if out.get("type") not in ("string", "integer", "number", "boolean") or "description" not in out:
+        return
+    extra = []
+    if "enum" in out and len(out["enum"]) > 1:
+        extra.append("One of: " + ", ".join(str(e) for e in out["enum"]) + ".")
+    lo, hi = out.get("minimum"), out.get("maximum")
+    if lo is not None or hi is not None:
+        lo_s = "" if lo is None else (f"> {lo}" if out.get("exclusiveMinimum") else f">= {lo}")
+        hi_s = "" if hi is None else (f"< {hi}" if out.get("exclusiveMaximum") else f"<= {hi}")
+        extra.append("Range: " + ", ".join(x for x in (lo_s, hi_s) if x) + ".")
+    if "default" in out:
+        d = out["default"]
+        extra.append(f"Default: {str(d).lower() if isinstance(d, bool) else d}.")
+    if extra:
+        out["description"] = out["description"].rstrip() + " " + " ".join(extra)
 
 
 def _walk(schema: dict, path: str = ""):
