@@ -70,3 +70,17 @@ def delete_group(pgw: str, namespace: str, job: str, trial: str, timeout: float 
         return r.status_code in (200, 202, 404)
     except requests.RequestException:
         return False
+
+
+def trial_reason(prom: str, namespace: str, job: str, trial: str,
+                 overrides: Optional[dict[str, str]] = None, timeout: float = 5.0) -> Optional[str]:
+    """The failure reason a trial exported (rltune_trial_info's `reason` label), if any."""
+    q = (f'{name("trial_info", overrides)}{{namespace="{_q(namespace)}", rltune_job="{_q(job)}", '
+         f'trial="{_q(trial)}", reason!=""}}')
+    try:
+        r = requests.get(f"{prom}/api/v1/query", params={"query": q}, timeout=timeout)
+        r.raise_for_status()
+        res = r.json()["data"]["result"]
+    except (requests.RequestException, ValueError, KeyError):
+        return None
+    return res[0]["metric"].get("reason") if res else None

@@ -52,6 +52,12 @@ class PromMetrics:
     def steps(self, prom_url, namespace, job, trial, overrides):
         return prom.query_trial(prom_url, namespace, job, trial, overrides)
 
+    def reason(self, prom_url, namespace, job, trial, overrides):
+        return prom.trial_reason(prom_url, namespace, job, trial, overrides)
+
+
+REASON_GRACE_SECONDS = 5.0  # how long a failed trial's exported reason may take to reach Prometheus
+
 
 def now_iso(t: Optional[float] = None) -> str:
     return datetime.fromtimestamp(t if t is not None else time.time(), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -338,7 +344,21 @@ class _Ctx:
             rank0 = next((p for p in pods if p["metadata"]["labels"].get(P.LABEL_RANK) == "0"), None)
             started = tp_parse(t.started_at) or self.now
             if failed:
-                self.finish(t, "Failed", P.failure_reason(failed[0]))
+                # the trial's own one-line reason (exported before it exited) beats the exit code
+                get_reason = getattr(self.r.metrics, "reason", None)
+                exported = get_reason(self.prom_url, self.ns, self.name, t.id, self.spec.metrics.names) \
+                    if get_reason else None
+                first_seen = tp_parse(t.finished_at)
+                if exported is None and get_reason and (first_seen is None or
+                                                        self.now - first_seen < REASON_GRACE_SECONDS):
+                    t.finished_at = t.finished_at or now_iso(self.now)
+                    return
+                why = P.failure_reason(failed[0])
+                if exported:
+                    why = f"{exported} ({why})"
+                elif "exit code 137" in why and "out of memory" not in why:
+                    why += ": out of memory"
+                self.finish(t, "Failed", why)
                 return
             if rank0 is None or P.pod_phase(rank0) == "Succeeded":
                 t.state = "Scoring"
