@@ -18,8 +18,20 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+_TESTS = Path(__file__).resolve().parent
+# test modules are imported by path (importlib mode, below), so put tests/ and its folders on
+# sys.path for helper modules next to the tests (tests/bed.py, tests/unit/tuner_fixtures.py, ...)
+for _d in [_TESTS, *sorted(p for p in _TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))]:
+    if str(_d) not in sys.path:
+        sys.path.insert(0, str(_d))
 import bed as bedlib  # noqa: E402  (tests/bed.py)
+
+
+def pytest_configure(config):
+    # tests/unit/test_crd.py and tests/integration/test_crd.py share a basename, which the
+    # default "prepend" import mode cannot collect together: import test modules by path.
+    if config.getoption("importmode", "prepend") == "prepend":
+        config.option.importmode = "importlib"
 
 
 def pytest_collection_modifyitems(config, items):
