@@ -122,6 +122,18 @@ def _proc_state(pid: int) -> str:
         return ""
 
 
+_POPENS: dict[str, subprocess.Popen] = {}  # processes this python process started
+
+
+def _alive(name: str) -> bool:
+    """Liveness for waiting right after a start: our own child's poll() is exact, whereas
+    /proc/<pid>/cmdline can still show the pre-exec image for a moment after Popen returns."""
+    p = _POPENS.get(name)
+    if p is not None:
+        return p.poll() is None
+    return running_pid(name) is not None
+
+
 def running_pid(name: str) -> int | None:
     """pid of the bed's process `name` if alive (and really ours: marker in its cmdline)."""
     f = _pid_file(name)
@@ -135,6 +147,8 @@ def running_pid(name: str) -> int | None:
     cmd = _proc_cmdline(pid)
     if not cmd or _proc_state(pid) in ("Z", "X", ""):
         return None
+    if cmd[0] == "":
+        return pid  # between fork and exec: the cmdline is empty for a moment
     if data.get("exe") and Path(cmd[0]).name != Path(data["exe"]).name and data["exe"] not in cmd:
         return None
     return pid
@@ -154,6 +168,7 @@ def start_process(name: str, argv: list[str], env: dict | None = None) -> int:
     p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                          env=full_env, cwd=str(REPO), start_new_session=True, close_fds=True)
     logf.close()
+    _POPENS[name] = p
     _pid_file(name).write_text(json.dumps({"pid": p.pid, "exe": argv[0], "argv": argv}))
     log(f"started {name} (pid {p.pid}), log {LOGS / (name + '.log')}")
     return p.pid
@@ -192,7 +207,7 @@ def wait_for(what: str, check, timeout: float = 120.0, name: str | None = None) 
                 return
         except Exception as e:  # noqa: BLE001 - keep polling
             last = e
-        if name and not running_pid(name):
+        if name and not _alive(name):
             tail = ""
             lf = LOGS / f"{name}.log"
             if lf.exists():
