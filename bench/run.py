@@ -100,13 +100,22 @@ def true_objective(spec: RLTuningJobSpec, cfg: RLConfig):
     return _true(cfg.flat())
 
 
+def twin_hash() -> str:
+    """Hash of the twin's source: the oracle is recomputed when the twin changes, even if a change
+    forgot to bump TWIN_VERSION."""
+    h = hashlib.sha256()
+    for f in sorted((ROOT / "operator" / "rltune" / "twin").glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def spec_hash(spec: RLTuningJobSpec) -> str:
     return hashlib.sha256(spec.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
 
 
 def oracle(name: str, spec: RLTuningJobSpec, procs: int = 2) -> dict:
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
-    key = f"{twin.TWIN_VERSION}:{name}:{spec_hash(spec)}"
+    key = f"{twin.TWIN_VERSION}:{twin_hash()}:{name}:{spec_hash(spec)}"
     if key in cache:
         return cache[key]
     space = Space(spec)
@@ -120,9 +129,11 @@ def oracle(name: str, spec: RLTuningJobSpec, procs: int = 2) -> dict:
     out = {"configs": len(ks), "feasible": len(feas), "objective": best[0], "step": best[1],
            "config": space.config(best[2]).dump(), "seconds": round(time.time() - t0, 1)}
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
-    cache = {k: v for k, v in cache.items() if k.startswith(twin.TWIN_VERSION + ":")}
+    cache = {k: v for k, v in cache.items() if k.startswith(f"{twin.TWIN_VERSION}:{twin_hash()}:")}
     cache[key] = out
-    CACHE.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    tmp = CACHE.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
+    tmp.replace(CACHE)
     return out
 
 

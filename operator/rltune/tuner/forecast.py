@@ -1,14 +1,17 @@
 """The forecaster: physics prior (rltune.tuner.physics) + corrections learned from measurements.
 
 Calibration. For every measured configuration (the baseline first, then each scored trial,
-rejected ones included: their timing is real) and every work phase p, the log ratio
-r_p = log(measured_p / physics_p) is a residual. A small Gaussian process per phase (squared-
-exponential kernel over the knobs that phase depends on, in log2 units; constant mean fitted
-by generalised least squares) predicts the residual of any configuration: near a measured one
-the correction is that measurement's, far away it falls back to the average correction. The
-composed step time gets one more GP residual over all knobs, which absorbs what the overlap
-model gets wrong. Uncertainty is the GP posterior standard deviation, propagated through the
-phase sum. Everything is re-fitted from the observation list each time (n <= a few dozen).
+rejected and early-stopped ones included: their timing is real) and every calibrated quantity p
+(rollout bulk, long tail, log-prob passes, training, weight sync), the log ratio
+r_p = log(measured_p / physics_p) is a residual. A Bayesian linear model per quantity explains
+it as an intercept (the cluster's overall efficiency against the physics prior: wide prior,
+learned from the baseline alone) plus one correction per knob value that differs from the
+baseline (prior sd 0.3 in log space, i.e. "the physics misjudges this knob by ~30%"), over the
+knobs that quantity depends on. Every trial thus teaches per-knob multiplicative corrections
+that transfer to untried combinations; a knob value never measured keeps the physics' view and
+its prior uncertainty. The composed step time gets one more such model over all knobs (tighter
+prior) that absorbs what the overlap model gets wrong. Uncertainty is the posterior predictive
+sd, propagated through the phase sum. Re-fitted from the observation list on every call.
 
 Memory. A configuration is infeasible when the physics memory model says so, or when it is at
 least as memory-hungry as a configuration that failed with an out-of-memory error (learned OOM
@@ -48,10 +51,24 @@ def cal_value(phases: dict, p: str) -> float:
 
 ALL_FEATS = tuple(dict.fromkeys(ROLLOUT_FEATS + TRAINER_FEATS + SYNC_FEATS))
 
-PRIOR_SD = 0.25  # log-space prior deviation of a phase correction away from measured configs
+PRIOR_SD = 0.30  # log-space prior sd of one knob value's correction to the physics
+INTERCEPT_SD = 1.0  # log-space prior sd of the overall correction (the cluster's efficiency)
 STEP_PRIOR_SD = 0.06
-LENGTH = 2.0  # kernel length scale in feature units (log2 of a knob, ~one doubling = 1)
+STEP_INTERCEPT_SD = 0.15
 NOISE_SD = 0.03  # measurement noise of a trial's phase means (log space)
+
+ROLLOUT_KNOBS_C = ("c:gr", "placement", "rollout.tp", "rollout.expertParallel", "rollout.gpuMemoryUtilization",
+                   "rollout.maxNumSeqs", "rollout.maxNumBatchedTokens", "rollout.cudaGraphs", "rollout.fp8",
+                   "async.staleness", "c:partial")
+TRAINER_KNOBS_C = ("c:gt", "placement", "trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep",
+                   "trainer.microBatchTokens", "trainer.recompute", "trainer.offload")
+SYNC_KNOBS_C = ("placement", "weightSync", "rollout.tp", "c:gt", "c:gr")
+PHASE_KNOBS = {
+    "generation_bulk": ROLLOUT_KNOBS_C, "generation_tail": ROLLOUT_KNOBS_C,
+    "old_logprob": TRAINER_KNOBS_C, "ref_logprob": TRAINER_KNOBS_C, "training": TRAINER_KNOBS_C,
+    "weight_sync": SYNC_KNOBS_C,
+}
+ALL_KNOBS_C = tuple(dict.fromkeys(ROLLOUT_KNOBS_C + TRAINER_KNOBS_C + SYNC_KNOBS_C + ("async.partialRollout", "c:gpus")))
 UNCALIBRATED_SD = 0.30  # relative uncertainty of the physics prior with no measurement at all
 
 
@@ -69,6 +86,9 @@ def features(k: dict, gpus: int, gt: int, gr: int) -> dict[str, float]:
         "tep": math.log2(k["trainer.ep"]), "mbt": math.log2(k["trainer.microBatchTokens"]), "rec": rec,
         "off": 2.0 * bool(k["trainer.offload"]),
         "ws_ce": 2.0 * (k["weightSync"] == "checkpoint-engine"), "ws_disk": 2.0 * (k["weightSync"] == "disk"),
+    } | {c: (k.get(c) if not c.startswith("c:") else None) for c in ALL_KNOBS_C} | {
+        "c:gr": gr, "c:gt": gt, "c:gpus": gpus,
+        "c:partial": bool(k["async.partialRollout"] and k["async.staleness"] >= 1),
     }
 
 
@@ -85,37 +105,45 @@ class Prediction:
     kv_pressure: float = 0.0
 
 
-class _GP:
-    """Zero-dimensional-noise SE-kernel GP with a GLS constant mean, on a fixed feature subset."""
+class _BLR:
+    """Bayesian linear regression of a log residual on knob-value indicators (see module doc)."""
 
-    def __init__(self, X: np.ndarray, y: np.ndarray, sd: float, noise: float = NOISE_SD, length: float = LENGTH):
-        self.X, self.sd, self.length = X, sd, length
-        n = len(y)
-        K = self._k(X, X) + (noise ** 2 + 1e-9) * np.eye(n)
-        self.L = np.linalg.cholesky(K)
-        ones = np.ones(n)
-        Ki1 = self._solve(ones)
-        self.mu = float(ones @ self._solve(y) / (ones @ Ki1))
-        self.alpha = self._solve(y - self.mu)
-        self.Ki1 = Ki1
-        self.denom = float(ones @ Ki1)
+    def __init__(self, rows: list[dict], y: np.ndarray, knobs: tuple, base: dict, sd: float, sd0: float,
+                 noise: float = NOISE_SD):
+        self.knobs, self.base, self.sd = knobs, base, sd
+        cols = []
+        for f in rows:
+            for kn in knobs:
+                v = f.get(kn)
+                if v != base.get(kn) and (kn, v) not in cols:
+                    cols.append((kn, v))
+        self.cols = cols
+        self.index = {c: i + 1 for i, c in enumerate(cols)}
+        X = self._x(rows)
+        prior = np.array([sd0 ** 2] + [sd ** 2] * len(cols))
+        A = X.T @ X / noise ** 2 + np.diag(1.0 / prior)
+        self.cov = np.linalg.inv(A)
+        self.w = self.cov @ X.T @ y / noise ** 2
 
-    def _solve(self, b):
-        return np.linalg.solve(self.L.T, np.linalg.solve(self.L, b))
+    def _x(self, rows: list[dict]) -> np.ndarray:
+        X = np.zeros((len(rows), len(self.cols) + 1))
+        X[:, 0] = 1.0
+        for r, f in enumerate(rows):
+            for kn in self.knobs:
+                v = f.get(kn)
+                if v != self.base.get(kn):
+                    i = self.index.get((kn, v))
+                    if i is not None:
+                        X[r, i] = 1.0
+        return X
 
-    def _k(self, A, B):
-        d2 = ((A[:, None, :] - B[None, :, :]) ** 2).sum(-1)
-        return self.sd ** 2 * np.exp(-0.5 * d2 / self.length ** 2)
-
-    def predict(self, Xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        ks = self._k(Xs, self.X)
-        mean = self.mu + ks @ self.alpha
-        v = np.linalg.solve(self.L, ks.T)
-        var = self.sd ** 2 - (v * v).sum(0)
-        # uncertainty of the fitted constant mean
-        u = 1.0 - ks @ self.Ki1
-        var = var + u * u / self.denom
-        return mean, np.sqrt(np.maximum(var, 1e-8))
+    def predict(self, rows: list[dict]) -> tuple[np.ndarray, np.ndarray]:
+        X = self._x(rows)
+        mean = X @ self.w
+        var = np.einsum("ij,jk,ik->i", X, self.cov, X)
+        unseen = np.array([sum(1 for kn in self.knobs if f.get(kn) != self.base.get(kn)
+                               and (kn, f.get(kn)) not in self.index) for f in rows], dtype=float)
+        return mean, np.sqrt(var + unseen * self.sd ** 2)
 
 
 class Forecaster:
@@ -154,9 +182,9 @@ class Forecaster:
 
     # ------------------------------------------------------------------ calibration
     def _fit(self) -> None:
-        self.gps: dict[str, _GP] = {}
+        self.gps: dict[str, _BLR] = {}
         self.eps: dict[str, float] = {}
-        self.step_gp: Optional[_GP] = None
+        self.step_gp: Optional[_BLR] = None
         if not self.obs:
             return
         rows = []
@@ -170,6 +198,7 @@ class Forecaster:
         if not rows:
             return
         base_s = rows[0][1]
+        base_f = rows[0][3]
         scale = max(base_s.step_time_mean, 1e-6)
         for p in CAL_PHASES:
             meas = [cal_value(r[1].phases, p) for r in rows]
@@ -183,21 +212,19 @@ class Forecaster:
             eps = 0.02 * max(max(meas), 1e-9)
             self.eps[p] = eps
             y = np.array([math.log((m + eps) / (x + eps)) for m, x in zip(meas, pred)])
-            X = np.array([[r[3][f] for f in PHASE_FEATS[p]] for r in rows])
-            self.gps[p] = _GP(X, y, PRIOR_SD)
+            self.gps[p] = _BLR([r[3] for r in rows], y, PHASE_KNOBS[p], base_f, PRIOR_SD, INTERCEPT_SD)
         # step-level residual of the composition
         ys, Xs = [], []
         for k, s, bd, f in rows:
             step, _ = self._compose_calibrated(k, bd, f)
             ys.append(math.log(s.step_time_mean / max(step, 1e-9)))
-            Xs.append([f[x] for x in ALL_FEATS])
-        self.step_gp = _GP(np.array(Xs), np.array(ys), STEP_PRIOR_SD, length=LENGTH * 1.5)
+            Xs.append(f)
+        self.step_gp = _BLR(Xs, np.array(ys), ALL_KNOBS_C, base_f, STEP_PRIOR_SD, STEP_INTERCEPT_SD)
 
     def _phase_factors(self, feats: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         out = {}
         for p, gp in self.gps.items():
-            X = np.array([[f[x] for x in PHASE_FEATS[p]] for f in feats])
-            out[p] = gp.predict(X)
+            out[p] = gp.predict(feats)
         return out
 
     def _apply(self, p: str, raw: float, logf: float) -> float:
@@ -215,7 +242,7 @@ class Forecaster:
             elif factors is not None and p in factors:
                 phases[p] = self._apply(p, raw, factors[p][0][i])
             elif factors is None and p in self.gps:
-                m, _ = self.gps[p].predict(np.array([[f[x] for x in PHASE_FEATS[p]]]))
+                m, _ = self.gps[p].predict([f])
                 phases[p] = self._apply(p, raw, m[0])
             else:
                 phases[p] = raw
@@ -251,7 +278,7 @@ class Forecaster:
             return out  # type: ignore[return-value]
         factors = self._phase_factors(feats) if self.gps else {}
         if self.step_gp is not None:
-            sm, ss = self.step_gp.predict(np.array([[f[x] for x in ALL_FEATS] for f in feats]))
+            sm, ss = self.step_gp.predict(feats)
         for j, (i, k, gpus) in enumerate(live):
             bd, f = bds[j], feats[j]
             step, phases = self._compose_calibrated(k, bd, f, factors, j)

@@ -218,6 +218,11 @@ def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int
 # ------------------------------------------------------------------------------------ trainer
 
 
+def gpn_of(g: GPU) -> int:
+    """GPUs sharing one NVLink domain (the node for HGX parts)."""
+    return g.nvlink_domain
+
+
 @lru_cache(maxsize=200_000)
 def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int, pp: int, cp: int, ep: int,
                  mbt: int, recompute: str, offload: bool) -> tuple:
@@ -238,18 +243,31 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
     fwd = 2.0 * mf.active + attn
     rc = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}[recompute]
     eff = TRAIN_MFU_MOE if mf.moe_layers else TRAIN_MFU_DENSE
-    eff /= 1.0 + 0.07 * math.log2(tp) + 0.08 * math.log2(cp)
+    eff /= 1.0 + 0.03 * math.log2(tp) + 0.08 * math.log2(cp)
     eff *= mbt / (mbt + 3000.0)
     m = max(1.0, tokens / dp / mbt)
     eff *= 1.0 - (pp - 1) / (m + pp - 1)
     if mf.moe_layers:
         x = mbt * mf.k * ep / mf.experts  # tokens per local expert per micro-batch
-        eff *= (0.55 + 0.45 * x / (x + 512.0)) / (1.0 + 0.06 * math.log2(ep))
+        eff *= 0.55 + 0.45 * x / (x + 512.0)
     if offload:
         eff *= 0.65
     peak = g.bf16_tflops * 1e12 * gpus_t
-    train = 3.0 * fwd * rc * tokens / (peak * eff)
-    old = fwd * tokens / (peak * eff / (0.65 if offload else 1.0) * 1.1)
+    # communication of one forward pass, per GPU: TP all-reduces (NVLink, half hidden behind GEMMs)
+    # and MoE all-to-all (dispatch + combine) over the EP domain tp*ep, on NVLink inside a node and
+    # the scale-out NIC beyond it (REFERENCE 1: DeepEP ~155 GB/s NVLink vs ~50 GB/s RDMA on H800)
+    tok_gpu = tokens / gpus_t
+    comm = 0.0
+    if tp > 1:
+        comm += 0.5 * tok_gpu * tp * mf.layers * 4 * mf.hidden * 2.0 * (tp - 1) / tp / (g.nvlink_bw * 0.6)
+    if mf.moe_layers and ep > 1:
+        dom = tp * ep
+        byts = tok_gpu * mf.moe_layers * 4.0 * mf.k * mf.hidden * (ep - 1) / ep
+        off = max(0.0, (dom - gpn_of(g)) / dom)
+        comm += byts * ((1 - off) / (g.nvlink_bw * 0.6) + off / (g.nic_bw * 0.5))
+    passes = 2.0 + (1.0 if recompute == "full" else 0.0)
+    train = 3.0 * fwd * rc * tokens / (peak * eff) + passes * comm
+    old = fwd * tokens / (peak * eff / (0.65 if offload else 1.0) * 1.1) + comm
     ref = old
     # memory (REFERENCE 3: Megatron distributed optimizer 6 + 12/d bytes per parameter)
     routed = mf.total - mf.nonexpert
@@ -281,18 +299,21 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
 
 
 def weight_sync(mf: ModelFacts, g: GPU, k: dict, gpus_t: int, gpus_r: int) -> float:
+    """Seconds to publish new weights to the rollout engines (REFERENCE 4: verl's checkpoint engine
+    moved Qwen3-30B-A3B (61 GB) 16->16 ranks in 4.38 s and Qwen3-235B (470 GB) 64->64 in 23.7 s,
+    i.e. ~14-20 GB/s; NCCL broadcast from the trainer ranks is slower; colocated engines reshard
+    locally over NVLink but pay a sleep/wake switch)."""
     byts = mf.total * 2.0
     tp = k["rollout.tp"]
     method = k["weightSync"]
     if method == "disk":
         return 5.0 + byts / 2e9
     if k["placement"] == "colocated":
-        # in-place reshard over NVLink (verl hybrid engine)
         t = byts / tp / (g.nvlink_bw * 0.3)
-        return (0.5 if method == "checkpoint-engine" else 1.0) + t * (0.8 if method == "checkpoint-engine" else 1.0)
-    if method == "checkpoint-engine":  # bucketed, every NIC (REFERENCE 4: 30B 16->16 in 4.4 s)
-        return 1.0 + byts / tp / (g.nic_bw * 0.6) + byts / (g.nic_bw * 0.6 * max(1, gpus_t))
-    return 2.0 + byts / (g.nic_bw * 0.5)  # nccl broadcast from one trainer rank
+        return 3.0 + t * (0.8 if method == "checkpoint-engine" else 1.0)
+    if method == "checkpoint-engine":
+        return 1.0 + byts / 17e9
+    return 1.0 + byts / 10e9
 
 
 # ------------------------------------------------------------------------------------ composition

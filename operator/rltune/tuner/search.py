@@ -26,7 +26,7 @@ import numpy as np
 
 from ..api.models import ModelArch, RLConfig, RLTuningJobSpec
 from . import physics as P
-from .forecast import PHASE_FEATS, Forecaster, features
+from .forecast import Forecaster, features
 from .knobs import BY_PATH, CATALOG
 
 ROLLOUT_KNOBS = ("rollout.tp", "rollout.expertParallel", "rollout.gpuMemoryUtilization", "rollout.maxNumSeqs",
@@ -213,8 +213,7 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
             if p in fc.additive:
                 tot += fc.additive[p]
             elif p in fc.gps:
-                X = np.array([[f[x] for x in PHASE_FEATS[p]] for f in feats_list])
-                m, _ = fc.gps[p].predict(X)
+                m, _ = fc.gps[p].predict(feats_list)
                 e = fc.eps.get(p, 0.0)
                 tot += np.maximum(0.0, (vals + e) * np.exp(m) - e)
             else:
