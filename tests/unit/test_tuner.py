@@ -1,0 +1,119 @@
+"""Tuner API: summaries, profile, JSON round trip and reconstruction, early stop, done, best, error."""
+
+import json
+import math
+
+from rltune.api.metrics import StepRecord
+from rltune.tuner import Tuner, TrialRecord, baseline_record, profile, summarize
+
+from tuner_fixtures import job, steps
+
+PH = {"generation": 420.0, "generation_tail": 300.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
+
+
+def test_summarize_excludes_warmup_and_flags_nan():
+    st = steps(PH, n=5, warmup=2, noise=0.0)
+    st[0].duration = 9999.0  # warm-up: ignored
+    s = summarize(st)
+    assert s.steps == 3 and s.total_steps == 5
+    assert math.isclose(s.step_time_mean, sum(PH[p] for p in PH if p != "generation_tail"))
+    assert len(s.rewards) == 3 and not s.nan and not s.failed
+    st[4].logprob_mismatch = float("inf")
+    assert summarize(st).nan
+    assert summarize([]).failed
+
+
+def test_profile_finds_the_long_tail():
+    spec = job()
+    p = profile(spec, summarize(steps(PH)))
+    assert p.bottleneck == "rollout-long-tail"
+    assert 0.6 < p.long_tail_share < 0.8 and "long tail" in p.evidence
+    t = profile(spec, summarize(steps(dict(PH, training=900.0))))
+    assert t.bottleneck == "trainer-bound"
+    w = profile(spec, summarize(steps(dict(PH, weight_sync=200.0))))
+    assert w.bottleneck == "weight-sync-bound"
+
+
+def _loop(spec, truth, n=6):
+    """Drive the Tuner with a synthetic cluster: measured = truth(config)."""
+    base = baseline_record(spec, summarize(steps(truth(spec.baseline), seed=99)))
+    hist = []
+    for i in range(n):
+        t = Tuner(spec, base, hist)
+        if t.done()[0]:
+            break
+        p = t.propose(1, spec.resources.gpu_budget)[0]
+        rec = t.record_for(f"t{i + 1}", p)
+        hist.append(t.judge(rec, summarize(steps(truth(p.config), seed=i))))
+    return base, hist
+
+
+def _truth(cfg):
+    # a made-up cluster: rollout likes more KV and TP 4, the tail shrinks with partial rollout
+    g = 420.0 * (0.6 / cfg.rollout.gpu_memory_utilization) ** 0.5 * (1.0 if cfg.rollout.tp == 4 else 1.2)
+    tail = 250.0 * (0.4 if cfg.async_.partial_rollout else 1.0)
+    return {"generation": g + tail, "generation_tail": tail, "old_logprob": 55.0, "training": 160.0,
+            "weight_sync": 6.0}
+
+
+def test_reconstruction_from_json_gives_the_same_proposals():
+    spec = job()
+    base, hist = _loop(spec, _truth, n=3)
+    wire = json.dumps({"baseline": base.dump(), "history": [h.dump() for h in hist]})
+    d = json.loads(wire)
+    base2 = TrialRecord.model_validate(d["baseline"])
+    hist2 = [TrialRecord.model_validate(h) for h in d["history"]]
+    a = Tuner(spec, base, hist).propose(3, 32)
+    b = Tuner(spec, base2, hist2).propose(3, 32)
+    assert [p.config.key() for p in a] == [p.config.key() for p in b]
+    assert base2.summary.rewards == base.summary.rewards
+
+
+def test_loop_improves_and_reports():
+    spec = job()
+    base, hist = _loop(spec, _truth, n=6)
+    t = Tuner(spec, base, hist)
+    best = t.best()
+    assert best is not None and best.objective < base.objective
+    assert t.speedup(best) > 1.0
+    fe = t.forecast_error()
+    assert fe is not None and fe >= 0
+    assert len({h.config.key() for h in hist}) == len(hist)
+
+
+def test_done_when_budget_spent():
+    spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4})
+    base, hist = _loop(spec, _truth, n=5)
+    assert len(hist) == 2
+    assert Tuner(spec, base, hist).done() == (True, "trial budget spent (2/2)")
+
+
+def test_done_after_too_many_failures():
+    spec = job(budget={"maxTrials": 8, "parallelTrials": 1, "stepsPerTrial": 4, "maxFailedTrials": 2})
+    base = baseline_record(spec, summarize(steps(_truth(spec.baseline))))
+    t = Tuner(spec, base, [])
+    fails = [t.record_for(f"t{i}", p).model_copy(update={"state": "failed", "reason": "boom"})
+             for i, p in enumerate(t.propose(2, 32))]
+    done, why = Tuner(spec, base, fails).done()
+    assert done and "failed" in why
+
+
+def test_early_stop_only_when_clearly_losing():
+    spec = job()
+    base = baseline_record(spec, summarize(steps(_truth(spec.baseline))))
+    t = Tuner(spec, base, [])
+    slow = steps({k: v * 2.0 for k, v in _truth(spec.baseline).items()}, n=3)
+    same = steps(_truth(spec.baseline), n=3, seed=5)
+    assert t.early_stop(slow)
+    assert not t.early_stop(same)
+    assert not t.early_stop(slow[:1])  # warm-up only: nothing measured yet
+
+
+def test_operator_state_names_are_accepted():
+    spec = job()
+    base = baseline_record(spec, summarize(steps(_truth(spec.baseline))))
+    p = Tuner(spec, base, []).propose(1, 32)[0]
+    r = TrialRecord(id="t1", config=p.config, state="stopped", summary=summarize(steps(_truth(p.config))))
+    t = Tuner(spec, base, [r])
+    assert p.config.key() not in {x.config.key() for x in t.propose(4, 32)}
+    assert p.predicted_std == p.std
