@@ -38,9 +38,10 @@ PHASE_FEATS = {
     "old_logprob": TRAINER_FEATS, "ref_logprob": TRAINER_FEATS, "training": TRAINER_FEATS,
     "weight_sync": SYNC_FEATS,
 }
-# Calibrated quantities: the rollout is split into its bulk (generation minus the tail) and the
-# long tail, which respond differently to the knobs; `generation` = bulk + tail.
-CAL_PHASES = ("generation_bulk", "generation_tail", "old_logprob", "ref_logprob", "training", "weight_sync")
+# Calibrated quantities. The rollout is calibrated as a whole: how a workload splits it into bulk
+# and tail shifts with the knobs (partial rollout moves the tail into the next step's bulk), so
+# the split is informational and scales with the calibrated total.
+CAL_PHASES = ("generation", "old_logprob", "ref_logprob", "training", "weight_sync")
 
 
 def cal_value(phases: dict, p: str) -> float:
@@ -64,7 +65,7 @@ TRAINER_KNOBS_C = ("c:gt", "placement", "trainer.tp", "trainer.pp", "trainer.cp"
                    "trainer.microBatchTokens", "trainer.recompute", "trainer.offload")
 SYNC_KNOBS_C = ("placement", "weightSync", "rollout.tp", "c:gt", "c:gr")
 PHASE_KNOBS = {
-    "generation_bulk": ROLLOUT_KNOBS_C, "generation_tail": ROLLOUT_KNOBS_C,
+    "generation": ROLLOUT_KNOBS_C, "generation_bulk": ROLLOUT_KNOBS_C, "generation_tail": ROLLOUT_KNOBS_C,
     "old_logprob": TRAINER_KNOBS_C, "ref_logprob": TRAINER_KNOBS_C, "training": TRAINER_KNOBS_C,
     "weight_sync": SYNC_KNOBS_C,
 }
@@ -246,10 +247,9 @@ class Forecaster:
                 phases[p] = self._apply(p, raw, m[0])
             else:
                 phases[p] = raw
-        bulk = phases.pop("generation_bulk")
-        phases["generation"] = bulk + phases["generation_tail"]
-        raw_bulk = cal_value(bd.phases, "generation_bulk")
-        phases["tool"] = bd.phases.get("tool", 0.0) * (bulk / raw_bulk if raw_bulk > 0 else 1.0)
+        raw_gen = bd.phases.get("generation", 0.0)
+        for sub in P.SUB_PHASES:
+            phases[sub] = bd.phases.get(sub, 0.0) * (phases["generation"] / raw_gen if raw_gen > 0 else 1.0)
         return P.compose(phases, k)
 
     # ------------------------------------------------------------------ prediction
@@ -285,8 +285,7 @@ class Forecaster:
             if self.calibrated and self.step_gp is not None:
                 var = 0.0
                 for p, (m, s) in factors.items():
-                    v = phases.get(p, 0.0) if p != "generation_bulk" else phases["generation"] - phases["generation_tail"]
-                    var += (v * s[j]) ** 2
+                    var += (phases.get(p, 0.0) * s[j]) ** 2
                 step *= math.exp(sm[j])
                 rel = math.sqrt(var) / max(step, 1e-9)
                 std = step * math.sqrt(rel ** 2 + ss[j] ** 2)

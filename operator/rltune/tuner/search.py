@@ -245,9 +245,9 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
                 kk = dict(ko) | r
                 rows.append(r)
                 feats.append(features(kk, gpus, gt, gr))
-                raws.append({"generation_bulk": ro[0] + ro[2], "generation_tail": ro[1]})
+                raws.append({"generation": ro[0] + ro[1] + ro[2]})
             if rows:
-                tot = calib(("generation_bulk", "generation_tail"), feats, raws)
+                tot = calib(("generation",), feats, raws)
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
                 # keep diversity in the memory dimension (colocated memory coupling) and the baseline half
