@@ -35,7 +35,7 @@ def load_job(path: str) -> tuple[str, str, RLTuningJobSpec]:
     return meta.get("namespace", "default"), meta.get("name", Path(path).stem), spec
 
 
-def _fmt_changes(ch: dict, width: int = 70) -> str:
+def _fmt_changes(ch: dict, width: int = 110) -> str:
     if not ch:
         return "(baseline)"
     parts = []

@@ -198,7 +198,16 @@ class Tuner:
         cands = candidates(self.space, self.forecaster, exclude=self._excluded if exclude_tried else None,
                            gpus_max=gpus_free)
         cands.sort(key=lambda c: c.objective)
-        return [self._proposal(c, 0.0) for c in cands[:limit]]
+        # list distinct alternatives: skip near-duplicates (within 1% and one knob value apart)
+        picked: list[Candidate] = []
+        for c in cands:
+            if len(picked) >= limit:
+                break
+            if any(abs(c.objective - q.objective) <= 0.01 * q.objective and
+                   sum(1 for kk in c.k if c.k[kk] != q.k.get(kk)) <= 1 for q in picked):
+                continue
+            picked.append(c)
+        return [self._proposal(c, 0.0) for c in picked]
 
     def _proposal(self, c: Candidate, acq: float) -> Proposal:
         bp = self._base_pred()
