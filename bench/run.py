@@ -291,11 +291,11 @@ def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float]:
     return (t[0] if t else rn.true(base.config)[0]), gpu_h
 
 
-def bench_job(job: dict, seeds: int, budgets: list[int], log=print) -> dict:
+def bench_job(job: dict, seeds: int, budgets: list[int], log=print, oracle_procs: int = 2) -> dict:
     name = job["metadata"]["name"]
     spec = RLTuningJobSpec.model_validate(job["spec"])
     t0 = time.time()
-    orc = oracle(name, spec)
+    orc = oracle(name, spec, procs=oracle_procs)
     log(f"{name}: oracle {orc['objective']:.1f} over {orc['feasible']}/{orc['configs']} configs "
         f"({orc['seconds']} s)")
     rn = Runner(name, spec)
@@ -344,6 +344,18 @@ def bench_job(job: dict, seeds: int, budgets: list[int], log=print) -> dict:
     res["seconds"] = round(time.time() - t0, 1)
     log(f"  oracle {res['oracle_speedup']:.2f}x; {res['seconds']} s")
     return res
+
+
+def _bench_job_quiet(job, seeds, budgets):
+    lines: list[str] = []
+
+    def log(s):
+        lines.append(s)
+        print(s, flush=True)
+
+    r = bench_job(job, seeds, budgets, log=log, oracle_procs=1)
+    r["log"] = lines
+    return r
 
 
 def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Path) -> None:
@@ -397,16 +409,27 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default="4,8,16")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmark.md")
     ap.add_argument("--json", default=str(ROOT / "bench" / "results.json"))
+    ap.add_argument("--procs", type=int, default=2, help="jobs benchmarked in parallel (processes)")
     args = ap.parse_args(argv)
     budgets = [int(x) for x in args.budgets.split(",")]
     sel = set(args.jobs.split(",")) if args.jobs else None
     results = []
     t0 = time.time()
-    for job in bench_jobs():
-        name = job["metadata"]["name"]
-        if sel and name not in sel and name.replace("bench-", "") not in sel:
-            continue
-        results.append(bench_job(job, args.seeds, budgets, log=lambda s: print(s, flush=True)))
+    todo = [j for j in bench_jobs() if not sel or j["metadata"]["name"] in sel
+            or j["metadata"]["name"].replace("bench-", "") in sel]
+    if args.procs > 1 and len(todo) > 1:
+        # one job per process (slowest first); each job's oracle then runs single-process
+        todo.sort(key=lambda j: j["spec"]["workload"]["task"]["kind"] != "agentic-coding")
+        ctx = mp.get_context("fork")
+        with ctx.Pool(args.procs) as pool:
+            res = pool.starmap(_bench_job_quiet, [(j, args.seeds, budgets) for j in todo])
+        order = {j["metadata"]["name"]: i for i, j in enumerate(bench_jobs())}
+        results = sorted(res, key=lambda r: order[r["job"]])
+        for r in results:
+            print("\n".join(r.pop("log")))
+    else:
+        for job in todo:
+            results.append(bench_job(job, args.seeds, budgets, log=lambda s: print(s, flush=True)))
     print(f"total {time.time() - t0:.0f} s")
     Path(args.json).write_text(json.dumps(results, indent=1, default=str))
     if not args.no_write and results:

@@ -194,7 +194,7 @@ def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int
     a = max(1e-6, t_b - c * b)
     l_max = longest_response(tf)
     if partial:  # long generations are interrupted at the weight sync and resumed next step
-        l_max = min(l_max, response_quantile(tf, 0.9))
+        l_max = min(l_max, response_quantile(tf, 0.75))
     tokens = n_r * tf.mean_len
     iters = l_max + max(0.0, tokens / b - tf.mean_len)
     gen = c * tokens + a * iters
