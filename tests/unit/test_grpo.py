@@ -12,14 +12,14 @@ import statistics
 
 import pytest
 
+from rltune.api.metrics import PHASES, StepRecord
+from rltune.api.models import TrialSpec
+from rltune.grpo import run  # before torch: it sets OMP_WAIT_POLICY for the trainer process
+
 pytestmark = pytest.mark.real
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("vllm")
-
-from rltune.api.metrics import PHASES, StepRecord  # noqa: E402
-from rltune.api.models import TrialSpec  # noqa: E402
-from rltune.grpo import run  # noqa: E402
 
 WARMUP = 2
 

@@ -280,6 +280,7 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
         model.train()
         info.update(warm_start(model, cfg, task, spec.seed, device))
         opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0.0, betas=(0.9, 0.99))
+        engine_dtype = getattr(torch, DTYPES[arch.dtype])
 
         ready = _get(out_q, proc, READY_TIMEOUT_S, "ready")
         info["engine_init_seconds"] = ready["init_seconds"]
@@ -287,7 +288,7 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
 
         keep: list[dict] = []  # the last snapshots stay alive until the rollout surely has them
         t_pub = time.perf_counter()
-        keep.append(_publish(weight_q, model, 0))
+        keep.append(_publish(weight_q, model, 0, engine_dtype))
         first_publish = time.perf_counter() - t_pub
         version = 0
 
@@ -344,7 +345,7 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
             training_s = time.perf_counter() - t0
 
             t0 = time.perf_counter()
-            keep.append(_publish(weight_q, model, version))
+            keep.append(_publish(weight_q, model, version, engine_dtype))
             del keep[:-3]
             publish_s = time.perf_counter() - t0 + (first_publish if k == 0 else 0.0)
 
@@ -389,9 +390,10 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
         tmpdir.cleanup()
 
 
-def _publish(weight_q, model, version: int) -> dict:
-    """Hand a snapshot of the weights to the rollout process (tensors travel through shared memory)."""
-    state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+def _publish(weight_q, model, version: int, dtype) -> dict:
+    """Hand a snapshot of the weights, in the engine's dtype, to the rollout process (tensors travel
+    through shared memory)."""
+    state = {k: v.detach().to("cpu", dtype=dtype, copy=True) for k, v in model.state_dict().items()}
     for v in state.values():
         v.share_memory_()
     weight_q.put(("weights", version, state))

@@ -29,9 +29,10 @@ def engine_env(threads: int) -> dict[str, str]:
         "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"),  # GiB; the smallest setting
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",  # we pin with sched_setaffinity instead
         "OMP_NUM_THREADS": str(threads),
+        "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE"),  # idle workers sleep: see __init__
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
-        "VLLM_LOGGING_LEVEL": os.environ.get("RLTUNE_VLLM_LOGGING_LEVEL", "WARNING"),
+        "VLLM_LOGGING_LEVEL": os.environ.get("RLTUNE_VLLM_LOGGING_LEVEL", "ERROR"),
         "TOKENIZERS_PARALLELISM": "false",
     }
 
@@ -53,7 +54,6 @@ def rollout_main(cfg: dict[str, Any], weight_q, out_q) -> None:
 
 def _serve(cfg: dict[str, Any], weight_q, out_q) -> None:
     t0 = time.perf_counter()
-    import torch  # noqa: F401  (after the env is set)
     from vllm import LLM, SamplingParams
     from vllm.inputs import TokensPrompt
 
