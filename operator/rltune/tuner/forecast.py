@@ -52,7 +52,19 @@ def cal_value(phases: dict, p: str) -> float:
 
 ALL_FEATS = tuple(dict.fromkeys(ROLLOUT_FEATS + TRAINER_FEATS + SYNC_FEATS))
 
-PRIOR_SD = 0.30  # log-space prior sd of one knob value's correction to the physics
+PRIOR_SD = 0.30  # log-space prior sd of one knob value's correction to the physics (default)
+# How much the physics prior is trusted per knob (a trial that moves several knobs at once
+# attributes its surprise mostly to the knobs the physics knows least: partial rollout, EP, TP).
+KNOB_SD = {
+    "generation": {"c:partial": 0.5, "rollout.tp": 0.4, "rollout.expertParallel": 0.3, "placement": 0.3,
+                   "c:gr": 0.3, "async.staleness": 0.3, "rollout.fp8": 0.3, "rollout.gpuMemoryUtilization": 0.2,
+                   "rollout.maxNumSeqs": 0.2, "rollout.maxNumBatchedTokens": 0.15, "rollout.cudaGraphs": 0.2},
+    "training": {"trainer.ep": 0.4, "trainer.offload": 0.4, "trainer.tp": 0.3, "trainer.pp": 0.3,
+                 "trainer.cp": 0.3, "trainer.recompute": 0.3, "trainer.microBatchTokens": 0.2, "c:gt": 0.2,
+                 "placement": 0.15},
+    "weight_sync": {"placement": 0.6, "weightSync": 0.5, "rollout.tp": 0.3, "c:gt": 0.2, "c:gr": 0.2},
+}
+KNOB_SD["old_logprob"] = KNOB_SD["ref_logprob"] = KNOB_SD["training"]
 INTERCEPT_SD = 1.0  # log-space prior sd of the overall correction (the cluster's efficiency)
 STEP_PRIOR_SD = 0.06
 STEP_INTERCEPT_SD = 0.15
@@ -111,7 +123,7 @@ class _BLR:
 
     def __init__(self, rows: list[dict], y: np.ndarray, knobs: tuple, base: dict, sd: float, sd0: float,
                  noise: float = NOISE_SD):
-        self.knobs, self.base, self.sd = knobs, base, sd
+        self.knobs, self.base = knobs, base
         cols = []
         for f in rows:
             for kn in knobs:
@@ -121,7 +133,9 @@ class _BLR:
         self.cols = cols
         self.index = {c: i + 1 for i, c in enumerate(cols)}
         X = self._x(rows)
-        prior = np.array([sd0 ** 2] + [sd ** 2] * len(cols))
+        self.sds = sds = sd if isinstance(sd, dict) else {}
+        self.sd = sd if not isinstance(sd, dict) else PRIOR_SD
+        prior = np.array([sd0 ** 2] + [sds.get(c[0], self.sd) ** 2 for c in cols])
         A = X.T @ X / noise ** 2 + np.diag(1.0 / prior)
         self.cov = np.linalg.inv(A)
         self.w = self.cov @ X.T @ y / noise ** 2
@@ -142,9 +156,9 @@ class _BLR:
         X = self._x(rows)
         mean = X @ self.w
         var = np.einsum("ij,jk,ik->i", X, self.cov, X)
-        unseen = np.array([sum(1 for kn in self.knobs if f.get(kn) != self.base.get(kn)
+        unseen = np.array([sum(self.sds.get(kn, self.sd) ** 2 for kn in self.knobs if f.get(kn) != self.base.get(kn)
                                and (kn, f.get(kn)) not in self.index) for f in rows], dtype=float)
-        return mean, np.sqrt(var + unseen * self.sd ** 2)
+        return mean, np.sqrt(var + unseen)
 
 
 class Forecaster:
@@ -213,7 +227,7 @@ class Forecaster:
             eps = 0.02 * max(max(meas), 1e-9)
             self.eps[p] = eps
             y = np.array([math.log((m + eps) / (x + eps)) for m, x in zip(meas, pred)])
-            self.gps[p] = _BLR([r[3] for r in rows], y, PHASE_KNOBS[p], base_f, PRIOR_SD, INTERCEPT_SD)
+            self.gps[p] = _BLR([r[3] for r in rows], y, PHASE_KNOBS[p], base_f, KNOB_SD.get(p, PRIOR_SD), INTERCEPT_SD)
         # step-level residual of the composition
         ys, Xs = [], []
         for k, s, bd, f in rows:
