@@ -89,3 +89,14 @@ def test_rejected_fp8_is_never_proposed_again():
     t2 = Tuner(spec, tuner.baseline, [out])
     for p in t2.propose(6, 32):
         assert not p.config.rollout.fp8
+
+
+def test_bans_survive_a_status_round_trip_without_verdict_texts():
+    # the operator keeps gates as booleans (or not at all) in the status; the reason remains
+    spec, tuner, rec = _setup()
+    bad = rec.model_copy(update={"config": spec.baseline.with_knobs({"rollout.fp8": True})})
+    out = tuner.judge(bad, summarize(steps(PH, mismatch=0.2, seed=7)))
+    for gates in ({}, {k: v.startswith("pass") for k, v in out.gates.items()}):
+        r = out.model_copy(update={"gates": gates})
+        t2 = Tuner(spec, tuner.baseline, [r])
+        assert t2.bans and all(not p.config.rollout.fp8 for p in t2.propose(6, 32))

@@ -130,7 +130,7 @@ class Tuner:
             if r.state != "rejected":
                 continue
             k = r.config.flat()
-            bad = G.failed_gates(r.gates)
+            bad = G.failed_gates(r.gates, r.reason)
             st, fp8, part = k["async.staleness"], k["rollout.fp8"], k["async.partialRollout"]
             if ("mismatch" in bad or "nan" in bad) and fp8:
                 bans.append((f"fp8 rollout broke {'/'.join(bad)} in {r.id}", lambda c: c["rollout.fp8"]))

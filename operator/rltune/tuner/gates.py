@@ -135,9 +135,23 @@ def evaluate(summary: TrialSummary, baseline: Optional[TrialSummary], c: Constra
     return g
 
 
-def passed(gates: dict[str, str]) -> bool:
-    return all(v.startswith("pass") for v in gates.values())
+def _ok(v) -> bool:
+    return v is True or (isinstance(v, str) and v.startswith("pass"))
 
 
-def failed_gates(gates: dict[str, str]) -> list[str]:
-    return [k for k, v in gates.items() if not v.startswith("pass")]
+def passed(gates: dict) -> bool:
+    """All gates pass (verdict texts, or booleans as the operator's status keeps them)."""
+    return all(_ok(v) for v in gates.values())
+
+
+def failed_gates(gates: dict, reason: str = "") -> list[str]:
+    """Names of failed gates; without gate verdicts, inferred from a rejection reason."""
+    if gates:
+        return [k for k, v in gates.items() if not _ok(v)]
+    r = (reason or "").lower()
+    out = []
+    for gate, words in (("staleness", ("staleness",)), ("mismatch", ("mismatch",)), ("reward", ("reward",)),
+                        ("nan", ("nan", "inf"))):
+        if any(w in r.split() or w in r for w in words):
+            out.append(gate)
+    return out
