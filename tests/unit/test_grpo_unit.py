@@ -71,3 +71,16 @@ def test_qwen2_config_from_preset_and_rejects_moe():
                                expertFfn=32).resolved(), 15)
     with pytest.raises(ValueError, match="vocabulary"):
         qwen2_config(ModelSpec(layers=2, hidden=64, heads=2, vocab=8).resolved(), 15)
+
+
+def test_cli_loads_the_cpu_example_as_a_real_trial():
+    from pathlib import Path
+
+    from rltune.grpo.__main__ import load
+
+    ex = Path(__file__).resolve().parents[2] / "examples" / "real-grpo-cpu.yaml"
+    spec = load(str(ex), steps=3, staleness=1, seed=4)
+    assert spec.mode == "real" and spec.gpu_type == "CPU"
+    assert (spec.steps, spec.seed, spec.config.async_.staleness) == (3, 4, 1)
+    assert spec.config.rollout.max_num_seqs == 8 and spec.model.preset == "tiny-qwen2"
+    ReverseTask.for_budget(spec.task.max_prompt_tokens, spec.task.max_response_tokens)

@@ -412,7 +412,10 @@ def _get(out_q, proc, timeout: float, kind: str) -> Any:
                 raise TimeoutError(f"no {kind} from the rollout process within {timeout:.0f} s")
             continue
         if msg[0] == "error":
-            raise RuntimeError("rollout process failed:\n" + msg[1])
+            import sys
+
+            print(f"rltune.grpo: rollout process traceback:\n{msg[2]}", file=sys.stderr, flush=True)
+            raise RuntimeError(f"rollout process failed: {msg[1][:2000]}")
         if msg[0] != kind:
             raise RuntimeError(f"rollout process sent {msg[0]!r} when the trainer expected {kind!r}")
         return msg[1]

@@ -6,7 +6,7 @@ torch thread count of the process it lives in). The engine lives in-process in t
 
 Protocol (all through multiprocessing queues of the spawn context):
   weight_q  trainer -> rollout   ("weights", version, {name: tensor}) | ("stop",)
-  out_q     rollout -> trainer   ("ready", info) | ("batch", dict) | ("error", text)
+  out_q     rollout -> trainer   ("ready", info) | ("batch", dict) | ("error", summary, traceback)
 
 The rollout generates batch k with the newest policy it has, as long as that policy is at least
 version k - staleness; otherwise it blocks for newer weights (rollout_idle). staleness 0 is
@@ -45,9 +45,10 @@ def rollout_main(cfg: dict[str, Any], weight_q, out_q) -> None:
         if cfg.get("cpus"):
             os.sched_setaffinity(0, cfg["cpus"])
         _serve(cfg, weight_q, out_q)
-    except BaseException:  # noqa: BLE001 - everything goes back to the trainer, which raises
+    except BaseException as e:  # noqa: BLE001 - everything goes back to the trainer, which raises
+        summary = " ".join(f"{type(e).__name__}: {e}".split())
         try:
-            out_q.put(("error", traceback.format_exc()))
+            out_q.put(("error", summary, traceback.format_exc()))
         except Exception:
             pass
 
