@@ -114,6 +114,7 @@ def jobs() -> list[dict]:
                     {"hbm": 0.74, "train_mfu": 0.36, "a2a_latency": 2.5e-5, "noise": 0.03}))
     # the coding job at 56 GPUs: minimise GPU-seconds per step, fewer GPUs allowed (40 may win)
     base56 = copy.deepcopy(base)
+    base56["trainer"]["pp"] = 1  # 56 GPUs: PP2 leaves 28 GPUs per stage, which EP8 does not divide
     kc = {"gpus": [40, 48, 56], "placement": ["colocated", "disaggregated"], "trainerGpus": [16, 24],
           "trainer.tp": [4], "trainer.pp": [1, 2], "trainer.ep": [8], "trainer.recompute": ["full"],
           "rollout.tp": [4, 8], "rollout.gpuMemoryUtilization": [0.6, 0.85], "rollout.maxNumSeqs": [256, 1024],

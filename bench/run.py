@@ -353,7 +353,11 @@ def _bench_job_quiet(job, seeds, budgets):
         lines.append(s)
         print(s, flush=True)
 
-    r = bench_job(job, seeds, budgets, log=log, oracle_procs=1)
+    try:
+        r = bench_job(job, seeds, budgets, log=log, oracle_procs=1)
+    except Exception as e:  # one broken job must not sink the run
+        log(f"{job['metadata']['name']}: FAILED: {type(e).__name__}: {e}")
+        return {"job": job["metadata"]["name"], "error": str(e), "log": lines}
     r["log"] = lines
     return r
 
@@ -425,8 +429,10 @@ def main(argv=None) -> int:
             res = pool.starmap(_bench_job_quiet, [(j, args.seeds, budgets) for j in todo])
         order = {j["metadata"]["name"]: i for i, j in enumerate(bench_jobs())}
         results = sorted(res, key=lambda r: order[r["job"]])
+        print("\n---- per job ----")
         for r in results:
             print("\n".join(r.pop("log")))
+        results = [r for r in results if "error" not in r]
     else:
         for job in todo:
             results.append(bench_job(job, args.seeds, budgets, log=lambda s: print(s, flush=True)))
