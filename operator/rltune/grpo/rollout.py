@@ -116,9 +116,12 @@ def _serve(cfg: dict[str, Any], weight_q, out_q) -> None:
         t_gen = time.perf_counter()
         for i, p in enumerate(prompts):
             for j in range(n):
+                # No per-request seed: the engine's seeded generator makes a run reproducible, and
+                # per-request generators crash the CPU backend when a prompt's prefill is split across
+                # engine steps (small maxNumBatchedTokens): "CPU Generator does not use offset".
                 sp = SamplingParams(
                     n=1, max_tokens=task.max_response_len, temperature=1.0, logprobs=0, stop_token_ids=[EOS],
-                    seed=(cfg["seed"] * 1_000_003 + k * 10_007 + i * 101 + j) % (2**31), detokenize=False,
+                    detokenize=False,
                 )
                 engine.add_request(f"{k}-{i}-{j}", TokensPrompt(prompt_token_ids=p), sp)
         done: dict[str, tuple[float, Any]] = {}
