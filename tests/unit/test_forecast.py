@@ -55,7 +55,7 @@ def test_memory_fit_predicts_oom():
     huge = RLConfig.model_validate({"trainer": {"tp": 1, "ep": 1, "recompute": "none", "microBatchTokens": 131072},
                                     "rollout": {"tp": 1, "gpuMemoryUtilization": 0.5}})
     p = fc.predict(huge)
-    assert not p.feasible and "GB" in p.reason
+    assert not p.feasible and "out of memory" in p.reason
 
 
 def test_learned_oom_fence():
@@ -85,3 +85,16 @@ def test_recalibration_learns_from_trials():
     fc1 = Forecaster(spec, [(spec.baseline, base), (cfg, summarize(steps(truth, noise=0.0)))])
     p1 = fc1.predict(cfg)
     assert abs(p1.phases["generation"] - truth["generation"]) < abs(p0.phases["generation"] - truth["generation"]) * 0.3
+
+
+def test_a_measured_configuration_widens_the_memory_model():
+    # physics says this trainer layout does not fit; a trial proved it does: similar ones become feasible
+    spec = job(workload={"framework": "twin", "model": {"preset": "deepseek-flash"}, "task": {"kind": "math"}})
+    tight = RLConfig.model_validate({"gpus": 32, "trainer": {"tp": 2, "ep": 4, "recompute": "none",
+                                                             "microBatchTokens": 32768},
+                                     "rollout": {"tp": 4, "gpuMemoryUtilization": 0.5}})
+    fc0 = Forecaster(spec)
+    p0 = fc0.predict(tight)
+    assert not p0.feasible and "out of memory (trainer)" in p0.reason
+    fc1 = Forecaster(spec, [(tight, summarize(steps(PH)))])
+    assert fc1.predict(tight).feasible

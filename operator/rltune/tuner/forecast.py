@@ -177,6 +177,16 @@ class Forecaster:
         self.absent: set[str] = set()
         self.additive: dict[str, float] = {}
         self._fences: list[tuple[str, float, float]] = []
+        self.limits = P.DEFAULT_LIMITS
+        # what ran proves it fits: widen the memory limits to every measured configuration
+        lim = dict(trainer_max=P.DEFAULT_LIMITS.trainer_max, rollout_min_free=P.DEFAULT_LIMITS.rollout_min_free,
+                   colocated_max=P.DEFAULT_LIMITS.colocated_max)
+        for cfg, _ in self.obs:
+            bd = self.raw(cfg.flat())
+            lim["trainer_max"] = max(lim["trainer_max"], bd.trainer_mem_frac)
+            lim["rollout_min_free"] = min(lim["rollout_min_free"], bd.rollout_free_frac)
+            lim["colocated_max"] = max(lim["colocated_max"], bd.colocated_frac)
+        self.limits = P.MemLimits(**lim)
         for cfg, reason in oom_failures:
             bd = self.raw(cfg.flat())
             side = _oom_side(reason)
@@ -185,7 +195,7 @@ class Forecaster:
 
     # ------------------------------------------------------------------ physics
     def raw(self, k: dict) -> P.Breakdown:
-        return P.breakdown(self.model, self.task, self.gpu_type, self.gpn, k, self.budget)
+        return P.breakdown(self.model, self.task, self.gpu_type, self.gpn, k, self.budget, self.limits)
 
     def _fenced(self, bd: P.Breakdown) -> Optional[str]:
         for side, tm, rf in self._fences:

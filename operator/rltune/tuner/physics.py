@@ -52,6 +52,8 @@ class Breakdown:
     trainer_mem_frac: float = 0.0  # trainer peak / HBM
     rollout_kv_tokens: float = 0.0  # KV capacity per replica in tokens
     rollout_free_frac: float = 0.0  # (gmu*HBM - weights - overhead)/HBM
+    colocated_frac: float = 0.0  # colocated: (vLLM share + resident trainer weights)/HBM
+    memory: bool = False  # infeasible for memory only (phases are still estimated)
     kv_pressure: float = 0.0  # wanted concurrency / KV-limited concurrency
     batch: float = 0.0  # decode batch per replica
     replicas: int = 0
@@ -170,9 +172,8 @@ def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int
     free = gmu * g.hbm_bytes - w_gpu - ROLLOUT_OVERHEAD_BYTES - (CUDA_GRAPH_BYTES if graphs else 0.0) \
         - max_batched * mf.hidden * 2.0 * 8
     free_frac = free / g.hbm_bytes
-    if free_frac < 0.02:
-        return (0, 0, 0, False, f"rollout weights ({w_gpu / 1e9:.0f} GB per GPU) leave no KV cache at "
-                f"gpuMemoryUtilization {gmu:g} (TP {tp})", 0, free_frac, 0, 0, replicas)
+    # memory feasibility is judged by the caller (MemLimits); compute with a sliver of KV cache
+    free = max(free, 0.005 * g.hbm_bytes)
     shard = 1 if mf.mla else min(tp, mf.kv_heads)
     kv_tok_gpu = mf.kv_bytes / shard
     kv_tokens = free / kv_tok_gpu
@@ -288,10 +289,7 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
         act += 34.0 * s * h / tp
     logits = s * mf.vocab * 6.0 / tp
     mem = state + act + logits + TRAINER_TEMP_BYTES
-    frac = mem / g.hbm_bytes
-    if frac > 0.95:
-        return (0, 0, 0, False, f"trainer needs ~{mem / 1e9:.0f} GB per GPU of {g.hbm_bytes / 1e9:.0f}", frac,
-                (ne_gpu + ex_gpu) * 2.0)
+    frac = mem / g.hbm_bytes  # memory feasibility is judged by the caller (MemLimits)
     return (old, ref, train, True, "", frac, (ne_gpu + ex_gpu) * 2.0)
 
 
@@ -328,8 +326,28 @@ def split(k: dict, budget: int, gpn: int) -> tuple[int, int, int]:
     return gpus, t, gpus - t
 
 
+@dataclass(frozen=True)
+class MemLimits:
+    """Memory-fit thresholds (fractions of HBM). The defaults are the physics' own; the forecaster
+    widens them to whatever a measured configuration proved to fit (the model is then too
+    conservative for this cluster)."""
+
+    trainer_max: float = 0.95  # trainer peak / HBM
+    rollout_min_free: float = 0.02  # KV-cache share left after vLLM's weights and reserves
+    colocated_max: float = 0.98  # colocated: vLLM share + resident trainer weights
+
+    def trainer_ok(self, frac: float) -> bool:
+        return frac <= self.trainer_max + 1e-9
+
+    def rollout_ok(self, free_frac: float) -> bool:
+        return free_frac >= self.rollout_min_free - 1e-9
+
+
+DEFAULT_LIMITS = MemLimits()
+
+
 def breakdown(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, k: dict,
-              budget: int) -> Breakdown:
+              budget: int, limits: MemLimits = DEFAULT_LIMITS) -> Breakdown:
     """Uncalibrated phases and memory picture of one configuration (`k` = RLConfig.flat())."""
     mf = facts_cached(model)
     tf = task_facts_cached(task)
@@ -347,18 +365,26 @@ def breakdown(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: in
     bd = Breakdown({}, trainer_gpus=gt, rollout_gpus=gr)
     bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure, bd.batch, bd.replicas = ro[5:10]
     bd.trainer_mem_frac = tr[5]
+    if k["placement"] == "colocated" and not k["trainer.offload"]:
+        # the trainer's bf16 weights stay resident while vLLM holds its memory share
+        bd.colocated_frac = (k["rollout.gpuMemoryUtilization"] * g.hbm_bytes + tr[6]) / g.hbm_bytes
     if not ro[3]:
         bd.feasible, bd.reason = False, ro[4]
     elif not tr[3]:
         bd.feasible, bd.reason = False, tr[4]
-    elif k["placement"] == "colocated" and not k["trainer.offload"]:
-        # the trainer's bf16 weights stay resident while vLLM holds its memory share
-        need = k["rollout.gpuMemoryUtilization"] * g.hbm_bytes + tr[6]
-        if need > 0.98 * g.hbm_bytes:
-            bd.feasible = False
-            bd.reason = (f"colocated: vLLM share {k['rollout.gpuMemoryUtilization']:g} plus resident trainer "
-                         f"weights ({tr[6] / 1e9:.0f} GB) exceed GPU memory")
-    if not bd.feasible:
+    elif not limits.rollout_ok(bd.rollout_free_frac):
+        bd.feasible, bd.memory = False, True
+        bd.reason = (f"out of memory (rollout): weights leave no KV cache at gpuMemoryUtilization "
+                     f"{k['rollout.gpuMemoryUtilization']:g} with TP {k['rollout.tp']}")
+    elif not limits.trainer_ok(bd.trainer_mem_frac):
+        bd.feasible, bd.memory = False, True
+        bd.reason = (f"out of memory (trainer): needs ~{bd.trainer_mem_frac * g.hbm_bytes / 1e9:.0f} GB per GPU "
+                     f"of {g.hbm_bytes / 1e9:.0f}")
+    elif bd.colocated_frac > limits.colocated_max + 1e-9:
+        bd.feasible, bd.memory = False, True
+        bd.reason = (f"out of memory (colocated): vLLM share {k['rollout.gpuMemoryUtilization']:g} plus resident "
+                     f"trainer weights ({tr[6] / 1e9:.0f} GB) exceed GPU memory")
+    if not ro[3] or not tr[3]:
         return bd
     # Contract convention (docs/metrics.md): `generation` is the whole rollout wall time; the tail
     # and the tool time are parts of it, reported for the profile.

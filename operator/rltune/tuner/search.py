@@ -240,7 +240,7 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
                 ro = P.rollout_part(mf, tf, gname, gr, r["rollout.tp"], bool(r["rollout.expertParallel"] and mf.moe_layers),
                                     round(r["rollout.gpuMemoryUtilization"], 4), r["rollout.maxNumSeqs"],
                                     r["rollout.maxNumBatchedTokens"], r["rollout.cudaGraphs"], r["rollout.fp8"], partial)
-                if not ro[3]:
+                if not ro[3] or not fc.limits.rollout_ok(ro[6]):
                     continue
                 kk = dict(ko) | r
                 rows.append(r)
@@ -265,7 +265,7 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
                     continue
                 tr = P.trainer_part(mf, tf, gname, gt, t["trainer.tp"], t["trainer.pp"], t["trainer.cp"], t["trainer.ep"],
                                     t["trainer.microBatchTokens"], t["trainer.recompute"], t["trainer.offload"])
-                if not tr[3]:
+                if not tr[3] or not fc.limits.trainer_ok(tr[5]):
                     continue
                 kk = dict(ko) | t
                 rows.append(t)
