@@ -121,9 +121,13 @@ def oracle(name: str, spec: RLTuningJobSpec, procs: int = 2) -> dict:
     space = Space(spec)
     ks = enumerate_space(space)
     t0 = time.time()
-    ctx = mp.get_context("fork")
-    with ctx.Pool(procs, initializer=_init, initargs=(spec.model_dump_json(by_alias=True),)) as pool:
-        res = pool.map(_true, ks, chunksize=8)
+    if procs <= 1:
+        _init(spec.model_dump_json(by_alias=True))
+        res = [_true(k) for k in ks]
+    else:
+        ctx = mp.get_context("fork")
+        with ctx.Pool(procs, initializer=_init, initargs=(spec.model_dump_json(by_alias=True),)) as pool:
+            res = pool.map(_true, ks, chunksize=8)
     feas = [(r[0], r[1], k) for r, k in zip(res, ks) if r is not None]
     best = min(feas, key=lambda x: x[0])
     out = {"configs": len(ks), "feasible": len(feas), "objective": best[0], "step": best[1],
