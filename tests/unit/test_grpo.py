@@ -103,9 +103,9 @@ def test_staleness_is_observed_and_bounded(runs):
     assert recs[0].staleness == 0
     assert all(0 <= r.staleness <= 1 for r in recs)
     assert sum(r.staleness for r in recs) >= len(recs) // 2  # the overlap really happens
-    # Off-policy rollouts: the trainer's log-probs differ by the policy lag as well.
-    assert statistics.mean(r.logprob_mismatch for r in recs[1:]) > statistics.mean(
-        r.logprob_mismatch for r in runs["s0"][0])
+    # The mismatch is measured under the policy version that sampled each batch: stale batches stay
+    # as numerically close as on-policy ones (the lag is gated by staleness, not by this number).
+    assert all(r.logprob_mismatch < 0.05 for r in recs)
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="overlap needs a core for each side")

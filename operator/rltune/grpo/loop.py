@@ -291,6 +291,9 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
         keep.append(_publish(weight_q, model, 0, engine_dtype))
         first_publish = time.perf_counter() - t_pub
         version = 0
+        # fp32 trainer weights of the versions rollouts may still be sampled from, so the numerical
+        # mismatch of a stale batch is measured against the policy that generated it, not the lag
+        snapshots: dict[int, dict] = {0: _snapshot(model)}
 
         for k in range(spec.steps):
             t_step = time.perf_counter()
@@ -315,11 +318,7 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
                     for i, lp in zip(g, token_logprobs(model, [seqs[i] for i in g], [starts[i] for i in g], device)):
                         old[i] = lp.detach()
             old_lp_s = time.perf_counter() - t0
-            diffs = [
-                (old[i].cpu() - torch.tensor(samples[i]["logprobs"], dtype=torch.float32)).abs()
-                for i in range(len(samples)) if n_resp[i] > 0
-            ]
-            mismatch = float(torch.cat(diffs).mean()) if diffs else 0.0
+            mismatch = _mismatch(model, snapshots, batch["version"], version, samples, seqs, starts, old, device)
 
             # One PPO-clip step on the whole batch, gradients accumulated over micro-batches (token mean).
             t0 = time.perf_counter()
@@ -343,6 +342,10 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
             opt.step()
             version += 1
             training_s = time.perf_counter() - t0
+            if spec.config.async_.staleness > 0:
+                snapshots[version] = _snapshot(model)
+                for v in [v for v in snapshots if v < version - spec.config.async_.staleness]:
+                    del snapshots[v]
 
             t0 = time.perf_counter()
             keep.append(_publish(weight_q, model, version, engine_dtype))
@@ -388,6 +391,36 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
         torch.set_num_threads(old_threads)
         os.sched_setaffinity(0, old_affinity)
         tmpdir.cleanup()
+
+
+MISMATCH_SAMPLES = 8  # stale batches: mismatch measured on this many samples (one extra small forward)
+
+
+def _snapshot(model) -> dict:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _mismatch(model, snapshots: dict, rollout_version: int, version: int, samples, seqs, starts, old, device) -> float:
+    """Mean |log p_vllm - log p_trainer| per generated token, both under the policy version that
+    sampled the batch: a numerical check of rollout against trainer. Policy lag is gated separately
+    (staleness), so it must not leak into this number."""
+    import torch
+
+    if rollout_version == version or rollout_version not in snapshots:
+        idx = [i for i in range(len(samples)) if len(samples[i]["response"]) > 0]
+        ref = {i: old[i] for i in idx}
+    else:
+        idx = [i for i in range(len(samples)) if len(samples[i]["response"]) > 0][:MISMATCH_SAMPLES]
+        current = _snapshot(model)
+        try:
+            model.load_state_dict(snapshots[rollout_version])
+            with torch.no_grad():
+                lps = token_logprobs(model, [seqs[i] for i in idx], [starts[i] for i in idx], device)
+        finally:
+            model.load_state_dict(current)
+        ref = dict(zip(idx, lps))
+    diffs = [(ref[i].cpu() - torch.tensor(samples[i]["logprobs"], dtype=torch.float32)).abs() for i in idx]
+    return float(torch.cat(diffs).mean()) if diffs else 0.0
 
 
 def _publish(weight_q, model, version: int, dtype) -> dict:
