@@ -56,8 +56,10 @@ PRIOR_SD = 0.30  # log-space prior sd of one knob value's correction to the phys
 # How much the physics prior is trusted per knob (a trial that moves several knobs at once
 # attributes its surprise mostly to the knobs the physics knows least: partial rollout, EP, TP).
 KNOB_SD = {
-    "generation": {"c:partial": 0.5, "rollout.tp": 0.4, "rollout.expertParallel": 0.3, "placement": 0.3,
-                   "c:gr": 0.3, "async.staleness": 0.3, "rollout.fp8": 0.3, "rollout.gpuMemoryUtilization": 0.2,
+    # placement and staleness do not change how fast a rollout runs (only what overlaps it, which
+    # the composition models): near-certain physics, so surprises go to partial rollout and TP
+    "generation": {"c:partial": 0.5, "rollout.tp": 0.4, "rollout.expertParallel": 0.3, "placement": 0.08,
+                   "c:gr": 0.3, "async.staleness": 0.08, "rollout.fp8": 0.3, "rollout.gpuMemoryUtilization": 0.2,
                    "rollout.maxNumSeqs": 0.2, "rollout.maxNumBatchedTokens": 0.15, "rollout.cudaGraphs": 0.2},
     "training": {"trainer.ep": 0.4, "trainer.offload": 0.4, "trainer.tp": 0.3, "trainer.pp": 0.3,
                  "trainer.cp": 0.3, "trainer.recompute": 0.3, "trainer.microBatchTokens": 0.2, "c:gt": 0.2,
@@ -208,6 +210,7 @@ class Forecaster:
     # ------------------------------------------------------------------ calibration
     def _fit(self) -> None:
         self.gps: dict[str, _BLR] = {}
+        self.f_bulk = self.f_tail = 1.0
         self.eps: dict[str, float] = {}
         self.step_gp: Optional[_BLR] = None
         if not self.obs:
@@ -225,9 +228,23 @@ class Forecaster:
         base_s = rows[0][1]
         base_f = rows[0][3]
         scale = max(base_s.step_time_mean, 1e-6)
+        # Stage 1 for the rollout: the measured split into bulk and long tail of the configurations
+        # without partial rollout (where the tail is a stable quantity) rescales the physics' bulk
+        # and tail separately, so a knob that cuts the tail is credited with the tail actually seen.
+        lb, lt = [], []
+        for k, s_, bd, f in rows:
+            if f["c:partial"]:
+                continue
+            mb, mt = cal_value(s_.phases, "generation_bulk"), s_.phases.get("generation_tail", 0.0)
+            pb, pt = cal_value(bd.phases, "generation_bulk"), bd.phases.get("generation_tail", 0.0)
+            if mb > 0 and pb > 0 and mt > 0 and pt > 0:
+                lb.append(math.log(mb / pb))
+                lt.append(math.log(mt / pt))
+        if lb:
+            self.f_bulk, self.f_tail = math.exp(float(np.mean(lb))), math.exp(float(np.mean(lt)))
         for p in CAL_PHASES:
             meas = [cal_value(r[1].phases, p) for r in rows]
-            pred = [cal_value(r[2].phases, p) for r in rows]
+            pred = [self._raw_value(r[2].phases, p) for r in rows]
             if all(m < 1e-4 * scale for m in meas):
                 self.absent.add(p)
                 continue
@@ -252,6 +269,15 @@ class Forecaster:
             out[p] = gp.predict(feats)
         return out
 
+    def gen_raw(self, bulk: float, tail: float) -> float:
+        """Stage-1 rollout estimate from the physics' bulk and tail."""
+        return self.f_bulk * bulk + self.f_tail * tail
+
+    def _raw_value(self, phases: dict, p: str) -> float:
+        if p == "generation":
+            return self.gen_raw(cal_value(phases, "generation_bulk"), phases.get("generation_tail", 0.0))
+        return cal_value(phases, p)
+
     def _apply(self, p: str, raw: float, logf: float) -> float:
         e = self.eps.get(p, 0.0)
         return max(0.0, (raw + e) * math.exp(logf) - e)
@@ -259,7 +285,7 @@ class Forecaster:
     def _compose_calibrated(self, k, bd, f, factors=None, i=0):
         phases = {}
         for p in CAL_PHASES:
-            raw = cal_value(bd.phases, p)
+            raw = self._raw_value(bd.phases, p)
             if p in self.absent:
                 phases[p] = 0.0
             elif p in self.additive:
@@ -271,7 +297,7 @@ class Forecaster:
                 phases[p] = self._apply(p, raw, m[0])
             else:
                 phases[p] = raw
-        raw_gen = bd.phases.get("generation", 0.0)
+        raw_gen = self._raw_value(bd.phases, "generation")
         for sub in P.SUB_PHASES:
             phases[sub] = bd.phases.get(sub, 0.0) * (phases["generation"] / raw_gen if raw_gen > 0 else 1.0)
         return P.compose(phases, k)

@@ -245,7 +245,7 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
                 kk = dict(ko) | r
                 rows.append(r)
                 feats.append(features(kk, gpus, gt, gr))
-                raws.append({"generation": ro[0] + ro[1] + ro[2]})
+                raws.append({"generation": fc.gen_raw(ro[0] + ro[2], ro[1])})
             if rows:
                 tot = calib(("generation",), feats, raws)
                 order = np.argsort(tot)
