@@ -16,14 +16,19 @@ log = logging.getLogger("rltune.controller")
 
 
 class KubeCluster:
-    def __init__(self, api_client: Optional[client.ApiClient] = None):
+    """`group`/`version`/`plural` name the job resource (default rltune.io/v1alpha1 rltuningjobs); tests
+    point them at a private copy of the CRD, e.g. one without the CEL rules (a CRD older than the operator)."""
+
+    def __init__(self, api_client: Optional[client.ApiClient] = None, group: str = GROUP, version: str = VERSION,
+                 plural: str = PLURAL):
         self.api = api_client or client.ApiClient()
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
+        self.group, self.version, self.plural = group, version, plural
 
     def get_job(self, namespace: str, name: str) -> Optional[dict]:
         try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name)
+            return self.custom.get_namespaced_custom_object(self.group, self.version, namespace, self.plural, name)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -37,7 +42,7 @@ class KubeCluster:
                 "spec": job.get("spec", {}), "status": status}
         try:
             return self.custom.replace_namespaced_custom_object_status(
-                GROUP, VERSION, md["namespace"], PLURAL, md["name"], body)
+                self.group, self.version, md["namespace"], self.plural, md["name"], body)
         except ApiException as e:
             if e.status == 409:
                 raise Conflict() from e
