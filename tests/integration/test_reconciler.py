@@ -556,6 +556,22 @@ def test_invalid_spec_condition_names_field(bed, ns, old_crd, change, field):
     assert not core.list_namespaced_pod(ns).items and not core.list_namespaced_service(ns).items
 
 
+def test_unknown_search_knob_is_invalid_spec(bed, ns):
+    """searchSpace.knobs values are free-form (CEL cannot type them), so the real CRD admits an
+    unknown knob path: the operator must catch it before any pod, naming the knob."""
+    doc = job_doc(bed)
+    doc["spec"]["searchSpace"] = {"knobs": {"rollout.maxNumSeq": [256, 512]}}
+    create_job(bed, ns, doc)
+    events = Events()
+    st = drive(bed, ns, "tune", events=events, timeout=30)
+    assert st["phase"] == "Failed"
+    cond = conditions(st)["SpecValid"]
+    assert cond["status"] == "False" and cond["reason"] == "InvalidSpec", cond
+    assert "searchSpace" in cond["message"] and "rollout.maxNumSeq" in cond["message"], cond
+    assert events.reasons() == Counter({"InvalidSpec": 1})
+    assert not pod_creations(bed, ns)
+
+
 # ------------------------------------------------------------------------------------ scoring
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from .models import RLTuningJobSpec
+from .models import RLTuningJobSpec, knob_paths
 from .presets import PRESETS
 from .status import RLTuningJobStatus
 
@@ -177,6 +177,12 @@ def spec_schema() -> dict:
     _at(s, "resources.gpuType")["x-kubernetes-validations"] = [
         _rule("self == oldSelf", "resources.gpuType is immutable"),
     ]
+    # Knob paths: an enum on frozen's items. The knobs map's values are free-form (numbers, strings,
+    # booleans), which CEL cannot type, so its keys are checked by pydantic and the operator
+    # (an InvalidSpec condition naming the unknown knob).
+    frozen = _at(s, "searchSpace.frozen")
+    frozen["items"]["enum"] = knob_paths()
+    frozen["maxItems"] = len(knob_paths())
     d = RLTuningJobSpec.model_fields["budget"].default_factory()  # type: ignore[misc]
     _at(s, "budget")["x-kubernetes-validations"] = [
         _rule(f"(has(self.warmupSteps) ? self.warmupSteps : {d.warmup_steps}) < "

@@ -314,6 +314,12 @@ class RLConfig(CamelModel):
         return json.dumps(self.flat(), sort_keys=True)
 
 
+def knob_paths() -> list[str]:
+    """Every knob path a search space may name (RLConfig's leaves, `cpu.*` included)."""
+    paths = [p for p in RLConfig().flat() if p != "cpu"]
+    return paths + [f"cpu.{to_camel(f)}" for f in CpuKnobs.model_fields]
+
+
 # --------------------------------------------------------------------------- tuning
 
 
@@ -326,6 +332,18 @@ class SearchSpace(CamelModel):
     frozen: Optional[list[str]] = Field(None, description="Knob paths that must stay at the baseline value.")
     allow_fewer_gpus: bool = Field(False, description="Consider configurations that use fewer GPUs than the budget.")
     min_gpus: Optional[int] = Field(None, ge=1, description="With allowFewerGpus: the fewest GPUs to consider.")
+
+    @model_validator(mode="after")
+    def _known_knobs(self) -> "SearchSpace":
+        known = set(knob_paths())
+        for where, paths in (("knobs", self.knobs or {}), ("frozen", self.frozen or [])):
+            unknown = sorted(set(paths) - known)
+            if unknown:
+                raise ValueError(
+                    f"searchSpace.{where} names unknown knob(s) {unknown}: use knob paths such as "
+                    f"rollout.maxNumSeqs (all: {', '.join(knob_paths())})"
+                )
+        return self
 
 
 class Constraints(CamelModel):
