@@ -143,6 +143,10 @@ def operator(bed, namespace):
         return p
 
     yield env, start, log
+    # Delete the jobs while an operator still runs, so kopf takes its finalizer off them and the
+    # namespace fixture's deletion does not hang in Terminating.
+    if any(p.poll() is None for p in procs):
+        kubectl(env, "delete", "rltuningjobs", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
     for p in procs:
         if p.poll() is None:
             demo.stop_operator(p)
