@@ -6,7 +6,7 @@ from rltune.api.models import RLConfig
 from rltune.tuner import Forecaster, summarize
 from rltune.tuner.physics import longest_response, task_facts
 
-from tuner_fixtures import job, steps
+from test_tuner_fixtures import job, steps
 
 PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 

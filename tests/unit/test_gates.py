@@ -7,7 +7,7 @@ import pytest
 from rltune.tuner import Tuner, baseline_record, summarize
 from rltune.tuner.gates import evaluate, passed, t_cdf, welch_one_sided
 
-from tuner_fixtures import job, steps
+from test_tuner_fixtures import job, steps
 
 PH = {"generation": 300.0, "generation_tail": 150.0, "old_logprob": 40.0, "training": 120.0, "weight_sync": 5.0}
 

@@ -4,7 +4,7 @@ from rltune.api.models import TaskSpec
 from rltune.tuner import Tuner, TrialRecord, baseline_record, summarize
 from rltune.tuner.search import Space
 
-from tuner_fixtures import job, steps
+from test_tuner_fixtures import job, steps
 
 PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 

@@ -6,7 +6,7 @@ import math
 from rltune.api.metrics import StepRecord
 from rltune.tuner import Tuner, TrialRecord, baseline_record, profile, summarize
 
-from tuner_fixtures import job, steps
+from test_tuner_fixtures import job, steps
 
 PH = {"generation": 420.0, "generation_tail": 300.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 

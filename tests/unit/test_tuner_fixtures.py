@@ -1,4 +1,4 @@
-"""Synthetic jobs and step records for the tuner's unit tests (no twin)."""
+"""Synthetic jobs and step records for the tuner's unit tests (no twin; no tests here)."""
 
 from __future__ import annotations
 
