@@ -94,5 +94,5 @@ def test_batch_is_diverse_and_unique():
 def test_space_lists_unknown_knob_clearly():
     import pytest
 
-    with pytest.raises(ValueError, match="unknown knobs"):
+    with pytest.raises(ValueError, match="unknown knob"):
         Space(job(searchSpace={"knobs": {"rollout.bogus": [1]}}))

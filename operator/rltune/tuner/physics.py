@@ -126,6 +126,15 @@ def response_quantile(tf: TaskFacts, q: float) -> float:
     return min(tf.max_len, math.exp(math.log(tf.mean_len) - s2 / 2 + math.sqrt(s2) * NormalDist().inv_cdf(q)))
 
 
+def mean_min(tf: TaskFacts, m: float) -> float:
+    """E[min(L, m)] for the task's lognormal response length L."""
+    s2 = math.log(1 + tf.cv ** 2)
+    s = math.sqrt(s2)
+    mu = math.log(tf.mean_len) - s2 / 2
+    nd = NormalDist()
+    return tf.mean_len * nd.cdf((math.log(m) - mu - s2) / s) + m * (1.0 - nd.cdf((math.log(m) - mu) / s))
+
+
 def median_response(tf: TaskFacts) -> float:
     s2 = math.log(1 + tf.cv ** 2)
     return math.exp(math.log(tf.mean_len) - s2 / 2)
@@ -205,9 +214,15 @@ def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int
     pre_tok = tf.n_seq * tf.prompt * (tf.turns if tf.agentic else 1)
     peak = (g.fp8_tflops if fp8 else g.bf16_tflops) * 1e12
     gen += 2.0 * mf.active * pre_tok / (gpus_r * peak * PREFILL_EFF) * (1.0 + 4096.0 / max_batched) / 1.5
-    # the long tail: iterations after the median response finished, at a small batch
-    tail = a * max(0.0, l_max - median_response(tf)) + c * n_r * 0.02 * (l_max - median_response(tf))
-    tail = min(tail, gen)
+    # the long tail: time after the median response finished. With every sequence running at once
+    # the median finishes after L_med iterations and the tokens decoded by then; when sequences
+    # queue (n_r > b), the median finishes about halfway through the queue.
+    l_med = median_response(tf)
+    conc = min(1.0, b / n_r)
+    t_med_conc = a * l_med + c * n_r * mean_min(tf, l_med)
+    t_med_queue = 0.5 * (c * tokens + a * tokens / b)
+    t_med = conc * t_med_conc + (1.0 - conc) * t_med_queue
+    tail = min(max(0.0, gen - t_med), gen)
     gen -= tail
     tool = 0.0
     if tf.agentic and tf.tool_s > 0:
