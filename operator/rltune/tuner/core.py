@@ -84,6 +84,8 @@ def _changes(base: dict, k: dict, budget: int) -> dict[str, list]:
         if p == "cpu":
             continue
         b = base.get(p)
+        if b is None and v is None:
+            continue
         if p == "gpus":
             b, v = b or budget, v or budget
         if p == "trainerGpus" and k.get("placement") == "colocated":

@@ -102,7 +102,16 @@ CATALOG: list[Knob] = [
          "needs staleness >= 1", "cuts the long tail by resuming long generations under the next policy"),
     Knob("weightSync", "enum", "nccl", lambda s, m: ["nccl", "checkpoint-engine"],
          "none", "checkpoint-engine streams weights in buckets over every NIC; disk is slow but simple"),
+    # Real mode on CPUs: only moved when the job lists values (no GPU physics speaks to them, so
+    # the forecaster cannot rank them: trials measure them).
+    Knob("cpu.rolloutThreads", "int", None, lambda s, m: [],
+         "real mode (gpuType CPU) only; listed values only",
+         "more threads speed vLLM's decode, leave fewer cores to the trainer when they overlap"),
+    Knob("cpu.trainerThreads", "int", None, lambda s, m: [],
+         "real mode (gpuType CPU) only; listed values only",
+         "more threads speed the torch update, leave fewer cores to the rollout when they overlap"),
 ]
+CPU_KNOBS = ("cpu.rolloutThreads", "cpu.trainerThreads")
 
 BY_PATH = {k.path: k for k in CATALOG}
 # Knobs that never move unless the job lists them explicitly (real-mode CPU split, GPU count).

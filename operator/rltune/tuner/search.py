@@ -27,7 +27,7 @@ import numpy as np
 from ..api.models import ModelArch, RLConfig, RLTuningJobSpec
 from . import physics as P
 from .forecast import Forecaster, features
-from .knobs import BY_PATH, CATALOG
+from .knobs import BY_PATH, CATALOG, CPU_KNOBS
 
 ROLLOUT_KNOBS = ("rollout.tp", "rollout.expertParallel", "rollout.gpuMemoryUtilization", "rollout.maxNumSeqs",
                  "rollout.maxNumBatchedTokens", "rollout.cudaGraphs", "rollout.fp8")
@@ -63,7 +63,7 @@ class Space:
         for k in CATALOG:
             if k.path == "trainerGpus":
                 continue
-            b = self.base[k.path]
+            b = self.base.get(k.path)
             if k.path in frozen or (k.moe_only and not self.model.is_moe):
                 vals = [b]
             elif k.path in listed:
@@ -147,8 +147,10 @@ class Space:
                             if pr and st < 1:
                                 continue
                             for ws in self.values["weightSync"]:
-                                out.append({"gpus": gpus, "placement": place, "trainerGpus": tg,
-                                            "async.staleness": st, "async.partialRollout": pr, "weightSync": ws})
+                                for cpu in self.halves(CPU_KNOBS):
+                                    out.append({"gpus": gpus, "placement": place, "trainerGpus": tg,
+                                                "async.staleness": st, "async.partialRollout": pr,
+                                                "weightSync": ws} | cpu)
         return out
 
     def halves(self, names: tuple[str, ...]) -> list[dict]:
@@ -164,8 +166,9 @@ class Space:
     def config(self, k: dict) -> RLConfig:
         """An explicit RLConfig from a flat knob dict: gpus always set, and the trainer split when
         disaggregated (a trial must not depend on a workload's own default split)."""
-        return explicit(self.spec.baseline.with_knobs({p: v for p, v in k.items() if p != "cpu"}),
-                        self.budget, self.gpn)
+        return explicit(self.spec.baseline.with_knobs(
+            {p: v for p, v in k.items() if p != "cpu" and not (p in CPU_KNOBS and v is None)}),
+            self.budget, self.gpn)
 
     def all_valid(self, full: dict) -> Optional[str]:
         """Validity of a full flat config against the space (used for baseline-independent checks)."""
@@ -309,8 +312,7 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
 def flat_key(k: dict, budget: int, gpn: int) -> str:
     """Identity of a configuration (flat knobs) for de-duplication: gpus=None means the budget,
     a disaggregated split of None means the default split, colocated has no split."""
-    kk = dict(k)
-    kk.pop("cpu", None)
+    kk = {p: v for p, v in k.items() if p != "cpu" and not (p in CPU_KNOBS and v is None)}
     if kk.get("gpus") in (None, budget):
         kk["gpus"] = None
     if kk.get("placement") == "colocated":
