@@ -55,7 +55,11 @@ def test_respects_gpus_free_and_budget():
     props = t.propose(4, 16)
     assert props and all(p.gpus <= 16 for p in props)
     assert all(p.config.gpus <= 16 for p in props)
+    assert sum(p.gpus for p in props) <= 16  # the batch together, not each proposal alone
     assert t.propose(2, 4) == []  # no configuration fits in 4 GPUs (whole nodes)
+    full = job()  # every configuration uses the whole budget: one trial at a time
+    b = full.resources.gpu_budget
+    assert len(Tuner(full, _base(full), []).propose(3, b)) == 1
 
 
 def test_respects_max_staleness():
@@ -85,7 +89,7 @@ def test_frozen_knobs_and_task_untouched():
 def test_batch_is_diverse_and_unique():
     spec = job()
     t = Tuner(spec, _base(spec), [])
-    props = t.propose(4, 32)
+    props = t.propose(4, 4 * spec.resources.gpu_budget)  # room for four full-budget trials
     assert len(props) == 4
     assert len({p.config.key() for p in props}) == 4
     assert all(p.bottleneck for p in props) and all(p.predicted > 0 and p.std > 0 for p in props)

@@ -220,8 +220,9 @@ class Tuner:
                         acquisition=acq)
 
     def propose(self, n: int, gpus_free: int) -> list[Proposal]:
-        """Up to n new configurations, none tried before, each within gpus_free GPUs; ranked by
-        expected improvement over the incumbent, picked with local penalisation for diversity."""
+        """Up to n new configurations, none tried before, together within gpus_free GPUs (running
+        trials never hold more than the budget); ranked by expected improvement over the
+        incumbent, picked with local penalisation for diversity."""
         if n <= 0:
             return []
         cands = candidates(self.space, self.forecaster, exclude=self._excluded, gpus_max=gpus_free)
@@ -239,11 +240,15 @@ class Tuner:
         F = None
         out: list[Proposal] = []
         acq = acq.astype(float).copy()
+        gpus = np.array([c.gpus for c in cands])
+        free = gpus_free
         for _ in range(min(n, len(cands))):
+            acq = np.where(gpus > free, -np.inf, acq)
             i = int(np.argmax(acq))
             if not np.isfinite(acq[i]) or acq[i] == -np.inf:
                 break
             out.append(self._proposal(cands[i], float(acq[i])))
+            free -= int(gpus[i])
             if F is None:
                 F = np.array([[features(c.k, *P.split(c.k, self.budget, self.gpn))[x] for x in ALL_FEATS]
                               for c in cands])
