@@ -93,7 +93,7 @@ def test_done_after_too_many_failures():
     base = baseline_record(spec, summarize(steps(_truth(spec.baseline))))
     t = Tuner(spec, base, [])
     fails = [t.record_for(f"t{i}", p).model_copy(update={"state": "failed", "reason": "boom"})
-             for i, p in enumerate(t.propose(2, 32))]
+             for i, p in enumerate(t.propose(2, 64))]
     done, why = Tuner(spec, base, fails).done()
     assert done and "failed" in why
 
