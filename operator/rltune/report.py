@@ -137,6 +137,10 @@ def render(result: dict, path: str) -> None:
                              f"{base['objective'] / best['objective']:.2f}x the baseline.")
         for k, (a, b) in _changes(base["config"], best["config"]).items():
             lines_summary.append(f"  {k}: {a} -> {b}")
+        if best.get("gates"):
+            lines_summary.append("Quality gates of the winner:")
+            for gate, verdict in best["gates"].items():
+                lines_summary.append(f"  {gate}: {verdict}")
     if result.get("forecastError") is not None:
         lines_summary.append(f"Forecaster median |error| on trials: {result['forecastError']:.1%}.")
     rows = _rows(result)
