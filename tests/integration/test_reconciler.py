@@ -371,7 +371,8 @@ def _oom_job(bed, **budget) -> dict:
     exits 137 with "CUDA out of memory: trainer needs ~283-295 GiB/GPU, 268 GiB available"."""
     doc = job_doc(bed, **budget)
     doc["spec"]["objective"] = "gpuSecondsPerStep"
-    doc["spec"]["searchSpace"] = {"knobs": only_knobs(gpus=[8], trainer__tp=[1], trainer__microBatchTokens=[4096],
+    doc["spec"]["searchSpace"] = {"knobs": only_knobs(gpus=[8], trainer__tp=[1], trainer__ep=[1],
+                                                      trainer__microBatchTokens=[4096],
                                                       trainer__recompute=["none", "selective"])}
     return doc
 
@@ -399,7 +400,7 @@ def test_baseline_failure_fails_the_job(bed, ns):
     """The user's own baseline does not fit (the same out-of-memory layout as above, as the baseline)."""
     doc = job_doc(bed)
     doc["spec"]["baseline"]["gpus"] = 8
-    doc["spec"]["baseline"]["trainer"].update({"tp": 1, "microBatchTokens": 4096, "recompute": "none"})
+    doc["spec"]["baseline"]["trainer"].update({"tp": 1, "ep": 1, "microBatchTokens": 4096, "recompute": "none"})
     create_job(bed, ns, doc)
     st = drive(bed, ns, "tune", timeout=90)
     assert st["phase"] == "Failed", json.dumps(st, indent=1)[:3000]
