@@ -42,6 +42,14 @@ def bed_env() -> dict[str, str]:
     return env
 
 
+def best_so_far(st: dict) -> str:
+    """The best measured speed-up among finished trials, before the winner is confirmed ("~" marks it)."""
+    base = (st.get("baseline") or {}).get("stepSeconds")
+    times = [t["measuredSeconds"] for t in st.get("trials", [])
+             if t.get("id") != "baseline" and t.get("state") == "Succeeded" and t.get("measuredSeconds")]
+    return f"~{base / min(times):.2f}x" if base and times else "-"
+
+
 def kubectl(env: dict, *args: str, check: bool = True, input: Optional[str] = None) -> subprocess.CompletedProcess:
     r = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, input=input)
     if check and r.returncode != 0:
@@ -162,7 +170,8 @@ def main(argv: Optional[list[str]] = None) -> int:
             peak_rss = max(peak_rss, rss_mib(op.pid) or 0.0)
             running = [t["id"] for t in st.get("trials", []) if t.get("state") in ("Pending", "Running", "Scoring")]
             line = (f"[{time.time() - t0:6.1f}s] phase={st.get('phase', '-'):<10} trials={st.get('trialsDone', '-'):<6}"
-                    f" best={st.get('speedup') or '-':<7} bottleneck={(st.get('baseline') or {}).get('bottleneck') or '-'}"
+                    f" best={st.get('speedup') or best_so_far(st):<7}"
+                    f" bottleneck={(st.get('baseline') or {}).get('bottleneck') or '-'}"
                     f" running={','.join(running) or '-'}")
             if line.split("] ", 1)[1] != last_line:
                 print(line, flush=True)
