@@ -28,6 +28,19 @@ class CamelModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
+def read_document(path: str) -> Any:
+    """A spec file as data: YAML for .yaml/.yml, JSON otherwise (manifests, trial specs)."""
+    with open(path) as f:
+        text = f.read()
+    if path.endswith((".yaml", ".yml")):
+        import yaml
+
+        return yaml.safe_load(text)
+    import json
+
+    return json.loads(text)
+
+
 # --------------------------------------------------------------------------- workload
 
 

@@ -13,16 +13,9 @@ import sys
 
 
 def load(path: str, steps=None, staleness=None, seed=None):
-    from rltune.api.models import RLTuningJobSpec, TrialSpec, trial_spec_for
+    from rltune.api.models import RLTuningJobSpec, TrialSpec, read_document, trial_spec_for
 
-    with open(path) as f:
-        text = f.read()
-    if path.endswith((".yaml", ".yml")):
-        import yaml
-
-        data = yaml.safe_load(text)
-    else:
-        data = json.loads(text)
+    data = read_document(path)
     if isinstance(data, dict) and data.get("kind") == "RLTuningJob":
         job = RLTuningJobSpec.model_validate(data["spec"])
         b = job.budget

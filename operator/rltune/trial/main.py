@@ -19,7 +19,7 @@ import sys
 import time
 from typing import Optional
 
-from rltune.api.models import TrialSpec
+from rltune.api.models import TrialSpec, read_document
 
 from .exporter import TrialExporter
 
@@ -29,14 +29,7 @@ EXIT_FAIL = 1
 
 def load_spec(path: Optional[str]) -> TrialSpec:
     if path:
-        with open(path) as f:
-            text = f.read()
-        if path.endswith((".yaml", ".yml")):
-            import yaml
-
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
+        data = read_document(path)
     else:
         raw = os.environ.get("RLTUNE_TRIAL_SPEC")
         if not raw:
