@@ -14,6 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -218,3 +219,28 @@ def prom_query(prometheus_url: str, query: str) -> list[dict]:
         data = json.loads(r.read())
     assert data["status"] == "success", data
     return data["data"]["result"]
+
+
+def audit_events(bed: "Bed", namespace: str):
+    """(event, objectRef) of every API-server audit event in a namespace (the bed logs pod
+    creations and rltune.io writes at Metadata level: docs/testbed.md)."""
+    if not Path(bed.audit_log).exists():
+        return
+    with open(bed.audit_log, errors="replace") as f:
+        for line in f:
+            if namespace not in line:
+                continue
+            ev = json.loads(line)
+            ref = ev.get("objectRef") or {}
+            if ref.get("namespace") == namespace:
+                yield ev, ref
+
+
+def pod_creations(bed: "Bed", namespace: str):
+    """Successful pod creations (HTTP 201) per pod name: a name counted twice is a duplicate pod."""
+    c: Counter = Counter()
+    for ev, ref in audit_events(bed, namespace):
+        if (ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource")
+                and (ev.get("responseStatus") or {}).get("code") == 201):
+            c[ref.get("name")] += 1
+    return c

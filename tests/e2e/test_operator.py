@@ -13,13 +13,13 @@ import re
 import signal
 import subprocess
 import time
-from collections import Counter
 from pathlib import Path
 
 import pytest
 import requests
 import yaml
 
+import bed as bedlib
 from rltune import demo
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,36 +67,18 @@ def _ts(s: str) -> float:
 def apply_to_first_pod(bed, ns) -> float | None:
     """Seconds from the RLTuningJob's create to the first trial pod's create (apiserver audit log)."""
     job_t = pod_t = None
-    with open(bed.audit_log, errors="replace") as f:
-        for line in f:
-            if '"create"' not in line or ns not in line:
-                continue
-            ev = json.loads(line)
-            ref = ev.get("objectRef") or {}
-            if ev.get("verb") != "create" or ref.get("namespace") != ns or ref.get("subresource"):
-                continue
-            t = _ts(ev["requestReceivedTimestamp"])
-            if ref.get("resource") == "rltuningjobs" and job_t is None:
-                job_t = t
-            elif ref.get("resource") == "pods" and pod_t is None:
-                pod_t = t
+    for ev, ref in bedlib.audit_events(bed, ns):
+        if ev.get("verb") != "create" or ref.get("subresource"):
+            continue
+        t = _ts(ev["requestReceivedTimestamp"])
+        if ref.get("resource") == "rltuningjobs" and job_t is None:
+            job_t = t
+        elif ref.get("resource") == "pods" and pod_t is None:
+            pod_t = t
     return pod_t - job_t if job_t is not None and pod_t is not None else None
 
 
-def pod_creations(bed, ns) -> Counter:
-    c: Counter = Counter()
-    if not Path(bed.audit_log).exists():
-        return c
-    with open(bed.audit_log, errors="replace") as f:
-        for line in f:
-            if '"create"' not in line or ns not in line:
-                continue
-            ev = json.loads(line)
-            ref = ev.get("objectRef") or {}
-            if (ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource")
-                    and ref.get("namespace") == ns and (ev.get("responseStatus") or {}).get("code") == 201):
-                c[ref.get("name")] += 1
-    return c
+pod_creations = bedlib.pod_creations
 
 
 class PodWatch:

@@ -188,37 +188,18 @@ def conditions(st: dict) -> dict:
     return {c["type"]: c for c in st.get("conditions") or []}
 
 
-def pod_creations(bed, ns: str) -> Counter:
-    """Successful pod creations (HTTP 201) per pod name in the namespace, from the apiserver's audit log."""
-    c: Counter = Counter()
-    with open(bed.audit_log, errors="replace") as f:
-        for line in f:
-            if ns not in line or '"create"' not in line:
-                continue
-            ev = json.loads(line)
-            ref = ev.get("objectRef") or {}
-            if (ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource")
-                    and ref.get("namespace") == ns and (ev.get("responseStatus") or {}).get("code") == 201):
-                c[ref.get("name")] += 1
-    return c
+pod_creations = bedlib.pod_creations
 
 
 def audit_codes(bed, ns: str) -> dict[str, Counter]:
     """HTTP codes of pod creations and job status writes in the namespace (409 = lost a race)."""
     out: dict[str, Counter] = {"pods": Counter(), "rltuningjobs/status": Counter()}
-    with open(bed.audit_log, errors="replace") as f:
-        for line in f:
-            if ns not in line:
-                continue
-            ev = json.loads(line)
-            ref = ev.get("objectRef") or {}
-            if ref.get("namespace") != ns:
-                continue
-            code = (ev.get("responseStatus") or {}).get("code")
-            if ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource"):
-                out["pods"][code] += 1
-            elif (ref.get("resource"), ref.get("subresource"), ev.get("verb")) == ("rltuningjobs", "status", "update"):
-                out["rltuningjobs/status"][code] += 1
+    for ev, ref in bedlib.audit_events(bed, ns):
+        code = (ev.get("responseStatus") or {}).get("code")
+        if ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource"):
+            out["pods"][code] += 1
+        elif (ref.get("resource"), ref.get("subresource"), ev.get("verb")) == ("rltuningjobs", "status", "update"):
+            out["rltuningjobs/status"][code] += 1
     return out
 
 
