@@ -41,32 +41,34 @@ def _v(v: Any) -> str:
     return str(v)
 
 
+# Canonical knobs whose framework option is a transformed value (option name, value mapping).
+SPECIAL = {
+    "verl": {
+        "rollout.cudaGraphs": ("actor_rollout_ref.rollout.enforce_eager", lambda v: not v),
+        "trainer.recompute": ("actor_rollout_ref.model.enable_gradient_checkpointing", lambda v: v != "none"),
+        "placement": ("actor_rollout_ref.hybrid_engine", lambda v: v == "colocated"),
+    },
+    "openrlhf": {
+        "rollout.cudaGraphs": ("--vllm.enforce_eager", lambda v: not v),
+        "placement": ("--train.colocate_all", lambda v: v == "colocated"),
+        "async.staleness": ("--train.async_enable", lambda v: v > 0),
+    },
+}
+NAMES = {"verl": VERL, "openrlhf": OPENRLHF}
+
+
 def render_overrides(framework: str, changes: dict[str, Any]) -> list[str]:
+    if framework not in NAMES:
+        return [f"{k}={_v(changes[k])}" for k in sorted(changes)]
+    special, names = SPECIAL[framework], NAMES[framework]
     out = []
     for k in sorted(changes):
         v = changes[k]
-        if framework == "verl":
-            if k == "rollout.cudaGraphs":
-                out.append(f"actor_rollout_ref.rollout.enforce_eager={_v(not v)}")
-            elif k == "trainer.recompute":
-                out.append(f"actor_rollout_ref.model.enable_gradient_checkpointing={_v(v != 'none')}")
-            elif k == "placement":
-                out.append(f"actor_rollout_ref.hybrid_engine={_v(v == 'colocated')}")
-            elif k in VERL:
-                out.append(f"{VERL[k]}={_v(v)}")
-            else:
-                out.append(f"rltune.{k}={_v(v)}")
-        elif framework == "openrlhf":
-            if k == "rollout.cudaGraphs":
-                out.append(f"--vllm.enforce_eager={_v(not v)}")
-            elif k == "placement":
-                out.append(f"--train.colocate_all={_v(v == 'colocated')}")
-            elif k == "async.staleness":
-                out.append(f"--train.async_enable={_v(v > 0)}")
-            elif k in OPENRLHF:
-                out.append(f"{OPENRLHF[k]}={_v(v)}")
-            else:
-                out.append(f"rltune.{k}={_v(v)}")
+        if k in special:
+            opt, conv = special[k]
+            out.append(f"{opt}={_v(conv(v))}")
+        elif k in names:
+            out.append(f"{names[k]}={_v(v)}")
         else:
-            out.append(f"{k}={_v(v)}")
+            out.append(f"rltune.{k}={_v(v)}")
     return out
