@@ -21,6 +21,13 @@ def _changes(base: dict, cfg: dict) -> dict:
     return {k: (b.get(k), v) for k, v in c.items() if b.get(k) != v and k != "cpu"}
 
 
+def _save(plt, fig, path: Path, title: str) -> tuple[str, str]:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return title, path.name
+
+
 def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
     try:
         import matplotlib
@@ -54,11 +61,7 @@ def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
     uniq = dict(zip(l, h))
     ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="lower right")
     ax.set_title("Phase breakdown: baseline vs best")
-    fig.tight_layout()
-    f1 = out_dir / f"{stem}-phases.png"
-    fig.savefig(f1, dpi=110)
-    plt.close(fig)
-    files.append(("Phase breakdown", f1.name))
+    files.append(_save(plt, fig, out_dir / f"{stem}-phases.png", "Phase breakdown"))
     # 2. predicted vs measured
     pts = [(t["predicted"], t["summary"]["stepTimeMean"], t["state"]) for t in trials
            if t.get("predicted") and t.get("summary") and t["summary"].get("steps")]
@@ -76,11 +79,7 @@ def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
         ax.set_ylabel("measured s/step")
         ax.set_title("Forecast vs measurement")
         ax.legend(fontsize=7)
-        fig.tight_layout()
-        f2 = out_dir / f"{stem}-forecast.png"
-        fig.savefig(f2, dpi=110)
-        plt.close(fig)
-        files.append(("Predicted vs measured", f2.name))
+        files.append(_save(plt, fig, out_dir / f"{stem}-forecast.png", "Predicted vs measured"))
     # 3. timeline
     tl = result.get("timeline") or []
     if tl:
@@ -94,11 +93,7 @@ def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
         ax.invert_yaxis()
         ax.set_xlabel("wall seconds since start")
         ax.set_title("Trial timeline")
-        fig.tight_layout()
-        f3 = out_dir / f"{stem}-timeline.png"
-        fig.savefig(f3, dpi=110)
-        plt.close(fig)
-        files.append(("Trial timeline", f3.name))
+        files.append(_save(plt, fig, out_dir / f"{stem}-timeline.png", "Trial timeline"))
     return files
 
 
