@@ -98,3 +98,45 @@ def test_a_measured_configuration_widens_the_memory_model():
     assert not p0.feasible and "out of memory (trainer)" in p0.reason
     fc1 = Forecaster(spec, [(tight, summarize(steps(PH)))])
     assert fc1.predict(tight).feasible
+
+
+def test_partial_rollout_streams_without_a_drain():
+    """Partial rollout keeps the engine at its slot limit: no long tail, less wall time than
+    draining the same batch (and more slots help it, since nothing waits for the longest)."""
+    spec = job()
+    fc = Forecaster(spec)
+    sync = spec.baseline.with_knobs({"async.staleness": 1})
+    stream = spec.baseline.with_knobs({"async.staleness": 1, "async.partialRollout": True})
+    a, b = fc.raw(sync.flat()), fc.raw(stream.flat())
+    assert a.phases["generation_tail"] > 0.2 * a.phases["generation"]
+    assert b.phases["generation_tail"] == 0.0
+    assert b.phases["generation"] < 0.9 * a.phases["generation"]
+    wide = fc.raw(stream.with_knobs({"rollout.gpuMemoryUtilization": 0.85, "rollout.maxNumSeqs": 1024}).flat())
+    assert wide.phases["generation"] < b.phases["generation"]
+
+
+def test_live_length_is_the_length_biased_mean():
+    import numpy as np
+
+    from rltune.tuner.physics import live_length
+
+    tf = task_facts(job().workload.task)
+    rng = np.random.default_rng(0)
+    s2 = np.log(1 + tf.cv ** 2)
+    L = np.minimum(np.exp(np.log(tf.mean_len) - s2 / 2 + np.sqrt(s2) * rng.standard_normal(400_000)), tf.max_len)
+    assert live_length(tf) == pytest.approx((L ** 2).mean() / (2 * L.mean()), rel=0.02)
+
+
+def test_measured_generated_tokens_replace_the_declared_mean():
+    """Episodes stop early (context limit, EOS): the baseline's measured tokens per sequence drive
+    the physics, so a shorter measured mean predicts a shorter rollout elsewhere in the space."""
+    spec = job()
+    tf = task_facts(spec.workload.task)
+    other = spec.baseline.with_knobs({"rollout.gpuMemoryUtilization": 0.85})
+    preds = []
+    for frac in (1.0, 0.5):
+        s = summarize(steps(PH, noise=0.0)).model_copy(update={"generated_tokens": tf.n_seq * tf.mean_len * frac})
+        fc = Forecaster(spec, [(spec.baseline, s)])
+        assert fc.task.mean_len == pytest.approx(tf.mean_len * frac)
+        preds.append(fc.raw(other.flat()).phases["generation"])
+    assert preds[1] < 0.8 * preds[0]

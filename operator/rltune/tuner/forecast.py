@@ -20,6 +20,7 @@ fence: trainer-side, rollout-side, or both when the failure does not say which).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -175,6 +176,7 @@ class Forecaster:
         self.gpn = spec.resources.gpus_per_node
         self.budget = spec.resources.gpu_budget
         self.obs = [(c, s) for c, s in observations if s is not None and not s.failed and s.steps > 0]
+        self.task = measured_task(self.task, self.obs)
         self.calibrated = bool(self.obs)
         self.absent: set[str] = set()
         self.additive: dict[str, float] = {}
@@ -270,7 +272,11 @@ class Forecaster:
         return out
 
     def gen_raw(self, bulk: float, tail: float) -> float:
-        """Stage-1 rollout estimate from the physics' bulk and tail."""
+        """Stage-1 rollout estimate from the physics' bulk and tail. The factors are measured on
+        rollouts that drain a batch; a streaming (partial) rollout has no drain and keeps the
+        physics' estimate until a streaming trial calibrates it (the c:partial correction)."""
+        if tail <= 0.0:
+            return bulk
         return self.f_bulk * bulk + self.f_tail * tail
 
     def _raw_value(self, phases: dict, p: str) -> float:
@@ -344,6 +350,19 @@ class Forecaster:
             out[i] = Prediction(step, std, phases, True, "", gpus, bd.trainer_mem_frac, bd.rollout_free_frac,
                                 bd.kv_pressure)
         return out  # type: ignore[return-value]
+
+
+def measured_task(task, obs) -> "P.TaskFacts | object":
+    """The task as the first measurement saw it: the mean response length the spec declares is a
+    guess (truncation at the context limit, early stops); the generated tokens per step are not.
+    (The tool wait per generated token stays the declared turn's: truncation drops whole turns.)"""
+    tf = P.task_facts_cached(task)
+    if not obs or obs[0][1].generated_tokens <= 0:
+        return task
+    mean = obs[0][1].generated_tokens / tf.n_seq
+    if not 0.05 * tf.mean_len <= mean <= tf.max_len:
+        return task
+    return dataclasses.replace(tf, mean_len=mean)
 
 
 def _oom_side(reason: str) -> str:
