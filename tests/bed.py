@@ -31,6 +31,41 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # unmapped: kwok's default behaviour
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
+
+class TrialPodWatch:
+    """A background watch on a namespace's trial pods (label rltune.io/job), started from the
+    resourceVersion of a list made at construction, so no later event is missed. Subclasses set
+    their state, then call this __init__; on_event(type, pod) runs for every event under a lock."""
+
+    def __init__(self, bed, ns: str, timeout_s: int = 1800):
+        import threading
+
+        from kubernetes import client, watch
+
+        self._w = watch.Watch()
+        self._lock = threading.Lock()
+        core = client.CoreV1Api(bed.api_client())
+        sel = "rltune.io/job"
+        rv = core.list_namespaced_pod(ns, label_selector=sel).metadata.resource_version
+
+        def run():
+            try:
+                for ev in self._w.stream(core.list_namespaced_pod, ns, label_selector=sel, resource_version=rv,
+                                         timeout_seconds=timeout_s):
+                    with self._lock:
+                        self.on_event(ev["type"], ev["object"])
+            except Exception:  # noqa: BLE001 - the watch ends with the test
+                pass
+
+        self._t = threading.Thread(target=run, daemon=True)
+        self._t.start()
+
+    def on_event(self, kind: str, pod) -> None:
+        raise NotImplementedError
+
+    def stop(self):
+        self._w.stop()
+
 @dataclass
 class Bed:
     repo: Path

@@ -81,35 +81,18 @@ def apply_to_first_pod(bed, ns) -> float | None:
 pod_creations = bedlib.pod_creations
 
 
-class PodWatch:
+class PodWatch(bedlib.TrialPodWatch):
     """Records every trial pod's node (to check placement on the B300 pool) from a background watch."""
 
     def __init__(self, bed, ns):
-        import threading
-
-        from kubernetes import client, watch
-
         self.nodes: dict[str, str] = {}
         self.names: set[str] = set()
-        self._w = watch.Watch()
-        core = client.CoreV1Api(bed.api_client())
+        super().__init__(bed, ns)
 
-        def run():
-            try:
-                for ev in self._w.stream(core.list_namespaced_pod, ns, label_selector="rltune.io/job",
-                                         timeout_seconds=1800):
-                    p = ev["object"]
-                    self.names.add(p.metadata.name)
-                    if p.spec.node_name:
-                        self.nodes[p.metadata.name] = p.spec.node_name
-            except Exception:  # noqa: BLE001 - the watch ends with the test
-                pass
-
-        self._t = threading.Thread(target=run, daemon=True)
-        self._t.start()
-
-    def stop(self):
-        self._w.stop()
+    def on_event(self, kind: str, p) -> None:
+        self.names.add(p.metadata.name)
+        if p.spec.node_name:
+            self.nodes[p.metadata.name] = p.spec.node_name
 
 
 @pytest.fixture

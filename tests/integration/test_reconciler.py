@@ -212,53 +212,34 @@ def holds_gpus(pod) -> bool:
     return pod.status.phase in (None, "Pending", "Running") and pod.metadata.deletion_timestamp is None
 
 
-class PodLedger:
+class PodLedger(bedlib.TrialPodWatch):
     """A watch on the namespace's trial pods, from before the job exists: every pod event updates the
     GPUs held by live trial pods; the peak is what the cluster actually saw."""
 
     def __init__(self, bed, ns: str):
-        from kubernetes import client, watch
-
         self.live: dict[str, int] = {}
         self.peak = 0
         self.peak_with_terminating = 0  # pods being deleted still hold their GPUs until their process exits
         self.peak_trials = 0  # most trials with live pods at once
         self.pods: dict[str, object] = {}
         self._alive_any: dict[str, int] = {}
-        self._w = watch.Watch()
-        self._lock = threading.Lock()
-        core = client.CoreV1Api(bed.api_client())
-        # watch from the resourceVersion of a list made now: no event after this point is missed
-        rv = core.list_namespaced_pod(ns, label_selector=P.LABEL_JOB).metadata.resource_version
+        super().__init__(bed, ns, timeout_s=600)
 
-        def run():
-            try:
-                for ev in self._w.stream(core.list_namespaced_pod, ns, label_selector=P.LABEL_JOB,
-                                         resource_version=rv, timeout_seconds=600):
-                    p = ev["object"]
-                    name = p.metadata.name
-                    with self._lock:
-                        self.pods[name] = p
-                        if ev["type"] != "DELETED" and holds_gpus(p):
-                            self.live[name] = pod_gpus(p)
-                        else:
-                            self.live.pop(name, None)
-                        if ev["type"] != "DELETED" and p.status.phase in (None, "Pending", "Running"):
-                            self._alive_any[name] = pod_gpus(p)
-                        else:
-                            self._alive_any.pop(name, None)
-                        self.peak = max(self.peak, sum(self.live.values()))
-                        self.peak_trials = max(self.peak_trials, len({self.pods[n].metadata.labels.get(P.LABEL_TRIAL)
-                                                                      for n in self.live}))
-                        self.peak_with_terminating = max(self.peak_with_terminating, sum(self._alive_any.values()))
-            except Exception:  # noqa: BLE001 - the watch ends with the test
-                pass
-
-        self._t = threading.Thread(target=run, daemon=True)
-        self._t.start()
-
-    def stop(self):
-        self._w.stop()
+    def on_event(self, kind: str, p) -> None:
+        name = p.metadata.name
+        self.pods[name] = p
+        if kind != "DELETED" and holds_gpus(p):
+            self.live[name] = pod_gpus(p)
+        else:
+            self.live.pop(name, None)
+        if kind != "DELETED" and p.status.phase in (None, "Pending", "Running"):
+            self._alive_any[name] = pod_gpus(p)
+        else:
+            self._alive_any.pop(name, None)
+        self.peak = max(self.peak, sum(self.live.values()))
+        self.peak_trials = max(self.peak_trials, len({self.pods[n].metadata.labels.get(P.LABEL_TRIAL)
+                                                      for n in self.live}))
+        self.peak_with_terminating = max(self.peak_with_terminating, sum(self._alive_any.values()))
 
 
 # ------------------------------------------------------------------------------------ tests
