@@ -394,8 +394,7 @@ def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Pa
         row += [f"{m['rltune']['speedup'][k]:.2f}x" for k in budgets]
         row += [f"{m['tpe']['speedup'][k]:.2f}x" for k in budgets]
         row += [f"{m['random']['speedup'][k]:.2f}x" for k in budgets]
-        tpe_all = m["tpe"].get("speedup_all", {}).get(k8) or m["tpe"].get("speedup_all", {}).get(str(k8)) or [0.0]
-        row += [f"{mean['rltune']:.2f}x", f"{mean['tpe']:.2f}x", f"{min(tpe_all):.2f}x"]
+        row += [f"{mean['rltune']:.2f}x", f"{mean['tpe']:.2f}x", f"{min(m['tpe']['speedup_all'][k8]):.2f}x"]
         row += [f"{frac:.0%}", f"{m['rltune']['trials_used']:g}",
                 f"{m['rltune']['gpu_hours'][max(budgets)]:.0f}", f"{fe:.1%}" if fe is not None else "-"]
         lines.append("| " + " | ".join(row) + " |")

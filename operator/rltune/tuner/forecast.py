@@ -352,16 +352,14 @@ class Forecaster:
         return out  # type: ignore[return-value]
 
 
-def measured_task(task, obs) -> "P.TaskFacts | object":
+def measured_task(task, obs) -> P.TaskFacts:
     """The task as the first measurement saw it: the mean response length the spec declares is a
     guess (truncation at the context limit, early stops); the generated tokens per step are not.
     (The tool wait per generated token stays the declared turn's: truncation drops whole turns.)"""
     tf = P.task_facts_cached(task)
-    if not obs or obs[0][1].generated_tokens <= 0:
-        return task
-    mean = obs[0][1].generated_tokens / tf.n_seq
+    mean = obs[0][1].generated_tokens / tf.n_seq if obs else 0.0
     if not 0.05 * tf.mean_len <= mean <= tf.max_len:
-        return task
+        return tf
     return dataclasses.replace(tf, mean_len=mean)
 
 
