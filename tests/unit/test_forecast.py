@@ -1,5 +1,7 @@
 """Forecaster: calibration to a measured baseline, phases moving the right way, memory fit."""
 
+import dataclasses
+
 import pytest
 
 from rltune.api.models import RLConfig
@@ -87,6 +89,47 @@ def test_recalibration_learns_from_trials():
     assert abs(p1.phases["generation"] - truth["generation"]) < abs(p0.phases["generation"] - truth["generation"]) * 0.3
 
 
+def test_a_trial_with_a_straggling_step_teaches_less_than_a_steady_one():
+    spec = job()
+    base = summarize(steps(PH, noise=0.0))
+    cfg = spec.baseline.with_knobs({"rollout.gpuMemoryUtilization": 0.85})
+    p0 = Forecaster(spec, [(spec.baseline, base)]).predict(cfg)
+    gen = p0.phases["generation"] * 1.3
+    steady = steps(dict(PH, generation=gen), noise=0.0)
+    # the same mean generation, but one of the five steady steps ran at a slow node's pace
+    spiky = steps(dict(PH, generation=gen), noise=0.0)
+    for i, f in zip(range(1, 6), (0.85, 0.85, 0.85, 0.85, 1.6)):
+        spiky[i] = dataclasses.replace(spiky[i], duration=spiky[i].duration * f,
+                                       phases={k: v * f for k, v in spiky[i].phases.items()})
+    assert summarize(spiky).step_time_mean == pytest.approx(summarize(steady).step_time_mean, rel=0.02)
+    learned = {}
+    for name, st in (("steady", steady), ("spiky", spiky)):
+        p = Forecaster(spec, [(spec.baseline, base), (cfg, summarize(st))]).predict(cfg)
+        learned[name] = p.phases["generation"] / p0.phases["generation"]
+    assert learned["steady"] > 1.2  # a steady trial is believed
+    assert 1.0 < learned["spiky"] < learned["steady"] - 0.05  # a noisy one moves the forecast less
+
+
+def test_selective_recompute_costs_more_on_long_agentic_episodes():
+    from rltune.tuner import physics as P
+    from rltune.api.hardware import gpu
+
+    spec = job()
+    mf = P.facts(spec.workload.model.resolved())
+    short = task_facts(spec.workload.task)
+    long = task_facts(job(workload={"framework": "twin", "model": {"preset": "seed-35b-a3b"},
+                                    "task": {"kind": "agentic-coding", "maxResponseTokens": 65536,
+                                             "meanResponseTokens": 20000, "turns": 30}}).workload.task)
+
+    def cost(tf, rec):
+        return P.trainer_part(mf, tf, "B300", 16, 2, 1, 1, 8, 16384, rec, False)[2]
+
+    sel_short, sel_long = cost(short, "selective") / cost(short, "none"), cost(long, "selective") / cost(long, "none")
+    assert 1.0 < sel_short < 1.1  # a few % on math samples
+    assert sel_long > sel_short + 0.1  # attention dominates an 80k-token episode
+    assert sel_long < cost(long, "full") / cost(long, "none")  # still cheaper than recomputing everything
+
+
 def test_a_measured_configuration_widens_the_memory_model():
     # physics says this trainer layout does not fit; a trial proved it does: similar ones become feasible
     spec = job(workload={"framework": "twin", "model": {"preset": "deepseek-flash"}, "task": {"kind": "math"}})
@@ -113,6 +156,29 @@ def test_partial_rollout_streams_without_a_drain():
     assert b.phases["generation"] < 0.9 * a.phases["generation"]
     wide = fc.raw(stream.with_knobs({"rollout.gpuMemoryUtilization": 0.85, "rollout.maxNumSeqs": 1024}).flat())
     assert wide.phases["generation"] < b.phases["generation"]
+
+
+def test_partial_rollout_re_prefills_what_was_in_flight(monkeypatch):
+    """Sequences interrupted at the weight sync resume under new weights (stale KV cache), so a
+    streaming rollout pays prefill for its in-flight contexts every step; a draining one only
+    prefills the new prompts. Slower prefill therefore costs the streaming rollout more."""
+    from rltune.tuner import physics as P
+
+    spec = job()
+    sync = spec.baseline.with_knobs({"async.staleness": 1}).flat()
+    stream = spec.baseline.with_knobs({"async.staleness": 1, "async.partialRollout": True}).flat()
+
+    def gens():
+        P.rollout_part.cache_clear()
+        fc = Forecaster(spec)
+        return fc.raw(sync).phases["generation"], fc.raw(stream).phases["generation"]
+
+    s0, p0 = gens()
+    monkeypatch.setattr(P, "PREFILL_EFF", P.PREFILL_EFF / 4)
+    s1, p1 = gens()
+    P.rollout_part.cache_clear()
+    assert s1 > s0 and p1 > p0
+    assert p1 - p0 > 2.0 * (s1 - s0)
 
 
 def test_live_length_is_the_length_biased_mean():

@@ -11,7 +11,9 @@ knobs that quantity depends on. Every trial thus teaches per-knob multiplicative
 that transfer to untried combinations; a knob value never measured keeps the physics' view and
 its prior uncertainty. The composed step time gets one more such model over all knobs (tighter
 prior) that absorbs what the overlap model gets wrong. Uncertainty is the posterior predictive
-sd, propagated through the phase sum. Re-fitted from the observation list on every call.
+sd, propagated through the phase sum. Each observation is weighted by its own precision (its
+steps' spread: a trial with a straggling step teaches less). Re-fitted from the observation list
+on every call.
 
 Memory. A configuration is infeasible when the physics memory model says so, or when it is at
 least as memory-hungry as a configuration that failed with an out-of-memory error (learned OOM
@@ -125,7 +127,7 @@ class _BLR:
     """Bayesian linear regression of a log residual on knob-value indicators (see module doc)."""
 
     def __init__(self, rows: list[dict], y: np.ndarray, knobs: tuple, base: dict, sd: float, sd0: float,
-                 noise: float = NOISE_SD):
+                 noise: "float | np.ndarray" = NOISE_SD):
         self.knobs, self.base = knobs, base
         cols = []
         for f in rows:
@@ -139,9 +141,10 @@ class _BLR:
         self.sds = sds = sd if isinstance(sd, dict) else {}
         self.sd = sd if not isinstance(sd, dict) else PRIOR_SD
         prior = np.array([sd0 ** 2] + [sds.get(c[0], self.sd) ** 2 for c in cols])
-        A = X.T @ X / noise ** 2 + np.diag(1.0 / prior)
+        prec = np.broadcast_to(1.0 / np.asarray(noise, dtype=float) ** 2, (len(rows),))
+        A = (X.T * prec) @ X + np.diag(1.0 / prior)
         self.cov = np.linalg.inv(A)
-        self.w = self.cov @ X.T @ y / noise ** 2
+        self.w = self.cov @ (X.T * prec) @ y
 
     def _x(self, rows: list[dict]) -> np.ndarray:
         X = np.zeros((len(rows), len(self.cols) + 1))
@@ -227,6 +230,10 @@ class Forecaster:
             rows.append((k, s, bd, features(k, gpus, gt, gr)))
         if not rows:
             return
+        # a trial's own step-to-step spread sets how far its means are trusted: a straggling node
+        # in one of three steps moves that trial's mean by several percent
+        noise = np.array([math.hypot(NOISE_SD, s_.step_time_std / math.sqrt(max(s_.steps, 1))
+                                     / max(s_.step_time_mean, 1e-9)) for _, s_, _, _ in rows])
         base_s = rows[0][1]
         base_f = rows[0][3]
         scale = max(base_s.step_time_mean, 1e-6)
@@ -256,14 +263,15 @@ class Forecaster:
             eps = 0.02 * max(max(meas), 1e-9)
             self.eps[p] = eps
             y = np.array([math.log((m + eps) / (x + eps)) for m, x in zip(meas, pred)])
-            self.gps[p] = _BLR([r[3] for r in rows], y, PHASE_KNOBS[p], base_f, KNOB_SD.get(p, PRIOR_SD), INTERCEPT_SD)
+            self.gps[p] = _BLR([r[3] for r in rows], y, PHASE_KNOBS[p], base_f, KNOB_SD.get(p, PRIOR_SD), INTERCEPT_SD,
+                               noise)
         # step-level residual of the composition
         ys, Xs = [], []
         for k, s, bd, f in rows:
             step, _ = self._compose_calibrated(k, bd, f)
             ys.append(math.log(s.step_time_mean / max(step, 1e-9)))
             Xs.append(f)
-        self.step_gp = _BLR(Xs, np.array(ys), ALL_KNOBS_C, base_f, STEP_PRIOR_SD, STEP_INTERCEPT_SD)
+        self.step_gp = _BLR(Xs, np.array(ys), ALL_KNOBS_C, base_f, STEP_PRIOR_SD, STEP_INTERCEPT_SD, noise)
 
     def _phase_factors(self, feats: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         out = {}

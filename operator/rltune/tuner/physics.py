@@ -256,6 +256,10 @@ def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int
     pre_tok = tf.n_seq * tf.prompt * (tf.turns if tf.agentic else 1)
     peak = (g.fp8_tflops if fp8 else g.bf16_tflops) * 1e12
     gen += 2.0 * mf.active * pre_tok / (gpus_r * peak * PREFILL_EFF) * (1.0 + 4096.0 / max_batched) / 1.5
+    if partial:
+        # the sequences interrupted at the weight sync resume under new weights: their KV cache is
+        # stale, so every step re-prefills what is in flight (prompt + tokens so far)
+        gen += 2.0 * mf.active * min(m0, n_r) * live_ctx / (tp * peak * PREFILL_EFF)
     # the long tail: time after the median response finished (tool idle is part of the wall time)
     tail = 0.0 if partial else min(max(0.0, gen - t_med), gen)
     gen -= tail + min(tool, gen - tail)
@@ -288,7 +292,10 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
     tokens = tf.n_seq * seq
     attn = 2.0 * mf.layers * seq * mf.heads * mf.head_dim
     fwd = 2.0 * mf.active + attn
-    rc = {"none": 1.0, "selective": 1.05, "full": 4.0 / 3.0}[recompute]
+    # recompute re-runs part of the forward in the backward pass: selective recompute the attention
+    # core (its FLOPs grow with the sequence: a small share of a 5k-token math sample, most of an
+    # 80k-token agentic episode), full recompute the whole forward (REFERENCE 3, Korthikanti et al.)
+    rc = {"none": 1.0, "selective": 1.0 + attn / (3.0 * fwd), "full": 4.0 / 3.0}[recompute]
     eff = TRAIN_MFU_MOE if mf.moe_layers else TRAIN_MFU_DENSE
     eff /= 1.0 + 0.03 * math.log2(tp) + 0.08 * math.log2(cp)
     eff *= mbt / (mbt + 3000.0)
