@@ -57,9 +57,24 @@ def kubectl(env: dict, *args: str, check: bool = True, input: Optional[str] = No
     return r
 
 
+def wait_crd_established(env: dict, name: str, timeout: float = 60.0, kubectl_bin: str = "kubectl") -> None:
+    """Poll until the CRD's Established condition is True. (`kubectl wait --for=condition=...` fails
+    outright instead of waiting when it reads the CRD before the API server has set any condition.)"""
+    deadline = time.monotonic() + timeout
+    query = '{.status.conditions[?(@.type=="Established")].status}'
+    while True:
+        r = subprocess.run([kubectl_bin, "get", "crd", name, "-o", f"jsonpath={query}"], env=env,
+                           capture_output=True, text=True, timeout=30)
+        if r.returncode == 0 and r.stdout.strip() == "True":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"CRD {name} not Established after {timeout:.0f} s: {r.stderr.strip() or r.stdout}")
+        time.sleep(0.2)
+
+
 def apply_crd(env: dict) -> None:
     kubectl(env, "apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    kubectl(env, "wait", "--for=condition=Established", "--timeout=60s", "crd/rltuningjobs.rltune.io")
+    wait_crd_established(env, "rltuningjobs.rltune.io")
 
 
 def start_operator(env: dict, log_path: Path, namespaces: tuple[str, ...] = (), metrics_port: int = 18080,

@@ -13,6 +13,8 @@ import sys
 import pytest
 import yaml
 
+from rltune.demo import wait_crd_established
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.bed
@@ -30,7 +32,7 @@ def kubectl(bed, *args, input=None, check=False):
 def crd(bed):
     kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds" / "rltuningjobs.yaml"),
             check=True)
-    kubectl(bed, "wait", "--for=condition=Established", "--timeout=60s", "crd/rltuningjobs.rltune.io", check=True)
+    wait_crd_established(bed.env(), "rltuningjobs.rltune.io", kubectl_bin=str(bed.bin_dir / "kubectl"))
     return bed
 
 

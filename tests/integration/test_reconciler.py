@@ -44,6 +44,7 @@ from rltune.controller import pods as P
 from rltune.controller import prom
 from rltune.controller.kube import KubeCluster
 from rltune.controller.reconcile import Reconciler
+from rltune.demo import wait_crd_established
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
@@ -80,7 +81,7 @@ def _kubectl(bed, *args, input=None):
 @pytest.fixture(scope="module")
 def crd(bed):
     _kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", str(CRD))
-    _kubectl(bed, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{GROUP}")
+    wait_crd_established(bed.env(), f"{PLURAL}.{GROUP}", kubectl_bin=str(bed.bin_dir / "kubectl"))
     return bed
 
 
@@ -484,7 +485,7 @@ def old_crd(bed):
     ext = client.ApiextensionsV1Api(bed.api_client())
     ext.create_custom_resource_definition(crd)
     try:
-        _kubectl(bed, "wait", "--for=condition=Established", "--timeout=60s", f"crd/{PLURAL}.{group}")
+        wait_crd_established(bed.env(), f"{PLURAL}.{group}", kubectl_bin=str(bed.bin_dir / "kubectl"))
         yield group
     finally:
         ext.delete_custom_resource_definition(f"{PLURAL}.{group}")
