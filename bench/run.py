@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import math
 import multiprocessing as mp
 import random
 import statistics
@@ -205,8 +204,6 @@ def _choices(space: Space) -> dict[str, list]:
 
 
 def _valid(space: Space, k: dict) -> bool:
-    from rltune.tuner import physics as P
-
     if k["placement"] == "colocated":
         k["trainerGpus"] = None
     elif k["trainerGpus"] is None or k["trainerGpus"] >= k["gpus"]:
@@ -223,7 +220,7 @@ def run_baseline_search(rn: Runner, base, budget: int, seed: int, method: str, j
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    space, spec = rn.space, rn.spec
+    space = rn.space
     ch = _choices(space)
     rng = random.Random(seed)
     dists = {k: optuna.distributions.CategoricalDistribution([json.dumps(v) for v in vals]) for k, vals in ch.items()}

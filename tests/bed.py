@@ -31,7 +31,6 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # unmapped: kwok's default behaviour
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
-
 class TrialPodWatch:
     """A background watch on a namespace's trial pods (label rltune.io/job), started from the
     resourceVersion of a list made at construction, so no later event is missed. Subclasses set
@@ -65,6 +64,7 @@ class TrialPodWatch:
 
     def stop(self):
         self._w.stop()
+
 
 @dataclass
 class Bed:

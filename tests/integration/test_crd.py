@@ -8,7 +8,6 @@ import json
 import pathlib
 import re
 import subprocess
-import sys
 
 import pytest
 import yaml

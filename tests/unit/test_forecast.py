@@ -112,7 +112,6 @@ def test_a_trial_with_a_straggling_step_teaches_less_than_a_steady_one():
 
 def test_selective_recompute_costs_more_on_long_agentic_episodes():
     from rltune.tuner import physics as P
-    from rltune.api.hardware import gpu
 
     spec = job()
     mf = P.facts(spec.workload.model.resolved())

@@ -13,13 +13,12 @@ rollout and trainer halves are cached separately because a search space is a pro
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Optional
 
 from ..api.hardware import GPU, gpu as gpu_lookup
-from ..api.models import ModelArch, RLConfig, TaskSpec
+from ..api.models import ModelArch, TaskSpec
 
 # Work phases the forecaster predicts and calibrates (a subset of api.metrics.PHASES; `waiting`
 # and `rollout_idle` are derived from the overlap model).
