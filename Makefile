@@ -2,10 +2,10 @@
 PY ?= .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench
+.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench bench-forecast
 
 help:
-	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench"
+	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench bench-forecast"
 
 setup:               ## install what the bed and demo need (apt, Go builds, .venv); idempotent
 	hack/setup.sh
@@ -39,3 +39,7 @@ crd:
 
 bench:
 	$(PY) -m bench.run
+
+# the forecaster's error per trial index over 20 seeds (~15 min): judge forecaster changes here
+bench-forecast:
+	$(PY) -m bench.forecast
