@@ -18,7 +18,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 from rltune.api.models import ModelArch, ModelSpec, RLConfig, TaskSpec  # noqa: E402
 from rltune.twin import TWIN_VERSION, Infeasible, simulate_step_breakdown  # noqa: E402
 from rltune.twin import efficiency as effmod  # noqa: E402
-from rltune.twin.core import _cached_step, _weight_sync, make_plan  # noqa: E402
+from rltune.twin.core import _cached_step, _weight_sync  # noqa: E402
 from rltune.twin.rollout import replica_cost, simulate_replica  # noqa: E402
 from rltune.twin.training import train_cost  # noqa: E402
 from rltune.twin.workload import Episodes  # noqa: E402

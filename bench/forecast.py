@@ -31,10 +31,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from rltune.api.models import RLTuningJobSpec  # noqa: E402
-from rltune.tuner import Tuner, baseline_record  # noqa: E402
 
 from bench.jobs import jobs as bench_jobs  # noqa: E402
-from bench.run import Runner, median_of_medians_interval, run_rltune  # noqa: E402
+from bench.run import measured_baseline, median_of_medians_interval, run_rltune  # noqa: E402
 
 LAST_INDEX = 10  # trials from this index on are pooled in the per-index table
 
@@ -44,12 +43,7 @@ def job_trials(job: dict, seeds: int, budget: int) -> list[dict]:
     sd, measured) step times."""
     name = job["metadata"]["name"]
     spec = RLTuningJobSpec.model_validate(job["spec"])
-    rn = Runner(name, spec)
-    b0 = baseline_record(spec)
-    s, err = rn.run(b0.config, "baseline", 7)
-    if s is None:
-        raise RuntimeError(f"{name}: baseline infeasible: {err}")
-    base = Tuner(spec, b0, []).judge(b0, s)
+    rn, base = measured_baseline(name, spec)
     out = []
     for sd in range(seeds):
         run = run_rltune(rn, base, budget, sd)

@@ -292,6 +292,17 @@ def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float]:
     return (t[0] if t else rn.true(base.config)[0]), gpu_h
 
 
+def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", object]:
+    """The job's trial runner and its baseline, measured once (fixed seed) and judged: every method
+    and every seed starts from the same measured baseline, as a tuning run on a cluster would."""
+    rn = Runner(name, spec)
+    b0 = baseline_record(spec)
+    s, err = rn.run(b0.config, "baseline", 7)
+    if s is None:
+        raise RuntimeError(f"{name}: baseline infeasible: {err}")
+    return rn, Tuner(spec, b0, []).judge(b0, s)
+
+
 def bench_job(job: dict, seeds: int, budgets: list[int], log=print, oracle_procs: int = 2,
               methods: tuple = ("rltune", "tpe", "random")) -> dict:
     name = job["metadata"]["name"]
@@ -300,12 +311,7 @@ def bench_job(job: dict, seeds: int, budgets: list[int], log=print, oracle_procs
     orc = oracle(name, spec, procs=oracle_procs)
     log(f"{name}: oracle {orc['objective']:.1f} over {orc['feasible']}/{orc['configs']} configs "
         f"({orc['seconds']} s)")
-    rn = Runner(name, spec)
-    b0 = baseline_record(spec)
-    s, err = rn.run(b0.config, "baseline", 7)
-    if s is None:
-        raise RuntimeError(f"{name}: baseline infeasible: {err}")
-    base = Tuner(spec, b0, []).judge(b0, s)
+    rn, base = measured_baseline(name, spec)
     base_true = rn.true(base.config)[0]
     judge_tuner = Tuner(spec, base, [])
     prof = judge_tuner.profile()
