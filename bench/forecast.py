@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 from rltune.api.models import RLTuningJobSpec  # noqa: E402
 
 from bench.jobs import jobs as bench_jobs  # noqa: E402
-from bench.run import measured_baseline, median_of_medians_interval, run_rltune  # noqa: E402
+from bench.run import measured_baseline, median_of_medians_interval, run_rltune, select_jobs  # noqa: E402
 
 LAST_INDEX = 10  # trials from this index on are pooled in the per-index table
 
@@ -47,10 +47,9 @@ def job_trials(job: dict, seeds: int, budget: int) -> list[dict]:
     out = []
     for sd in range(seeds):
         run = run_rltune(rn, base, budget, sd)
-        trials = [(i + 1, r.predicted, r.predicted_std, r.summary.step_time_mean)
-                  for i, r in enumerate(run["history"])
-                  if r.summary is not None and not r.summary.failed and r.summary.steps > 0 and r.predicted
-                  and r.state in ("succeeded", "rejected")]
+        index = {r.id: i + 1 for i, r in enumerate(run["history"])}
+        trials = [(index[r.id], r.predicted, r.predicted_std, r.summary.step_time_mean)
+                  for r in run["forecast_trials"]]
         out.append({"job": name, "seed": sd, "forecast_error": run["forecast_error"], "trials": trials})
     return out
 
@@ -115,9 +114,7 @@ def main(argv=None) -> int:
     ap.add_argument("--procs", type=int, default=2, help="jobs evaluated in parallel (processes)")
     ap.add_argument("--json", help="write the per-trial records here")
     args = ap.parse_args(argv)
-    sel = set(args.jobs.split(",")) if args.jobs else None
-    todo = [j for j in bench_jobs() if not sel or j["metadata"]["name"] in sel
-            or j["metadata"]["name"].replace("bench-", "") in sel]
+    todo = select_jobs(args.jobs)
     if not todo:
         names = ", ".join(j["metadata"]["name"].replace("bench-", "") for j in bench_jobs())
         ap.error(f"--jobs {args.jobs!r} names no benchmark job; the jobs are: {names}")

@@ -25,6 +25,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
@@ -190,8 +191,8 @@ def run_rltune(rn: Runner, base, budget: int, seed: int) -> dict:
             rec = tuner.judge(rec, s)
         hist.append(rec)
     tuner = Tuner(spec, base, hist)
-    return {"history": hist, "forecast_error": tuner.forecast_error(), "seconds": time.time() - t0,
-            "stop": stop_reason}
+    return {"history": hist, "forecast_error": tuner.forecast_error(), "forecast_trials": tuner.forecast_trials(),
+            "seconds": time.time() - t0, "stop": stop_reason}
 
 
 def _choices(space: Space) -> dict[str, list]:
@@ -444,6 +445,14 @@ def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Pa
     path.write_text(text)
 
 
+def select_jobs(names: Optional[str]) -> list[dict]:
+    """The benchmark jobs a comma-separated --jobs value names (with or without the "bench-"
+    prefix); all eight when it is empty."""
+    sel = set(names.split(",")) if names else None
+    return [j for j in bench_jobs() if not sel or j["metadata"]["name"] in sel
+            or j["metadata"]["name"].replace("bench-", "") in sel]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", help="comma-separated job names (default: all eight)")
@@ -469,11 +478,9 @@ def main(argv=None) -> int:
                         m[key] = {int(k): v for k, v in m[key].items()}
         write_markdown(res, budgets, args.seeds, ROOT / "docs" / "benchmark.md")
         return 0
-    sel = set(args.jobs.split(",")) if args.jobs else None
     results = []
     t0 = time.time()
-    todo = [j for j in bench_jobs() if not sel or j["metadata"]["name"] in sel
-            or j["metadata"]["name"].replace("bench-", "") in sel]
+    todo = select_jobs(args.jobs)
     if args.procs > 1 and len(todo) > 1:
         # one job per process (slowest first); each job's oracle then runs single-process
         todo.sort(key=lambda j: j["spec"]["workload"]["task"]["kind"] != "agentic-coding")

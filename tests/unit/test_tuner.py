@@ -81,6 +81,22 @@ def test_loop_improves_and_reports():
     assert len({h.config.key() for h in hist}) == len(hist)
 
 
+def test_forecast_error_counts_only_forecast_and_scored_trials():
+    import statistics
+
+    spec = job()
+    base, hist = _loop(spec, _truth, n=3)
+    t = Tuner(spec, base, hist)
+    p = t.propose(1, 32)[0]
+    failed = t.record_for("x1", p).model_copy(update={"state": "failed", "reason": "OOMKilled"})
+    pending = t.record_for("x2", p)  # forecast, not yet measured
+    assert failed.predicted and pending.predicted
+    t2 = Tuner(spec, base, hist + [failed, pending])
+    assert [r.id for r in t2.forecast_trials()] == [r.id for r in hist]
+    errs = [abs(r.predicted - r.summary.step_time_mean) / r.summary.step_time_mean for r in hist]
+    assert math.isclose(t2.forecast_error(), statistics.median(errs))
+
+
 def test_done_when_budget_spent():
     spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4})
     base, hist = _loop(spec, _truth, n=5)

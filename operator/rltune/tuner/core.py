@@ -341,12 +341,16 @@ class Tuner:
             return self.baseline.objective / rec.objective
         return None
 
-    def forecast_error(self) -> Optional[float]:
-        """Median |predicted - measured| / measured step time over scored trials (not the baseline)."""
-        errs = [abs(r.predicted - r.summary.step_time_mean) / r.summary.step_time_mean
-                for r in self.history
+    def forecast_trials(self) -> list[TrialRecord]:
+        """The trials the forecast error is measured on: forecast before they ran, then scored (not
+        the baseline, which calibrates the forecaster)."""
+        return [r for r in self.history
                 if r.id != self.baseline.id and r.predicted and r.summary is not None and not r.summary.failed
                 and r.summary.steps > 0 and r.state in ("succeeded", "rejected")]
+
+    def forecast_error(self) -> Optional[float]:
+        """Median |predicted - measured| / measured step time over forecast_trials()."""
+        errs = [abs(r.predicted - r.summary.step_time_mean) / r.summary.step_time_mean for r in self.forecast_trials()]
         return statistics.median(errs) if errs else None
 
     def record_for(self, trial_id: str, p: Proposal) -> TrialRecord:
