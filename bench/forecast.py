@@ -1,6 +1,6 @@
 """Forecaster evaluation: rltune's step-time forecast error per trial, over many seeds.
 
-    python -m bench.forecast [--jobs NAME,...] [--seeds 20] [--budget 16] [--json FILE]
+    python -m bench.forecast [--jobs NAME,...] [--seeds 20] [--first-seed 0] [--budget 16] [--json FILE]
 
 Runs rltune's search on each benchmark job exactly as `make bench` does (bench.run.run_rltune:
 same baseline, same noisy twin trials, same seeds) and keeps, for every scored trial, what the
@@ -38,14 +38,14 @@ from bench.run import measured_baseline, median_of_medians_interval, run_rltune,
 LAST_INDEX = 10  # trials from this index on are pooled in the per-index table
 
 
-def job_trials(job: dict, seeds: int, budget: int) -> list[dict]:
+def job_trials(job: dict, seeds: int, budget: int, first_seed: int = 0) -> list[dict]:
     """One record per seed: the run's headline error and its trials as (index, predicted, predicted
     sd, measured) step times."""
     name = job["metadata"]["name"]
     spec = RLTuningJobSpec.model_validate(job["spec"])
     rn, base = measured_baseline(name, spec)
     out = []
-    for sd in range(seeds):
+    for sd in range(first_seed, first_seed + seeds):
         run = run_rltune(rn, base, budget, sd)
         index = {r.id: i + 1 for i, r in enumerate(run["history"])}
         trials = [(index[r.id], r.predicted, r.predicted_std, r.summary.step_time_mean)
@@ -99,9 +99,9 @@ def render(st: dict) -> str:
     return "\n".join(lines)
 
 
-def _job_quiet(job, seeds, budget):
+def _job_quiet(job, seeds, budget, first_seed=0):
     t0 = time.time()
-    out = job_trials(job, seeds, budget)
+    out = job_trials(job, seeds, budget, first_seed)
     print(f"{job['metadata']['name']}: {seeds} seeds in {time.time() - t0:.0f} s", flush=True)
     return out
 
@@ -110,6 +110,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.forecast", description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", help="comma-separated job names (default: all eight)")
     ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds first-seed .. first-seed+seeds-1: judge a change chosen on seeds 0-19 on held-out ones")
     ap.add_argument("--budget", type=int, default=16, help="trials per run (as make bench's largest budget)")
     ap.add_argument("--procs", type=int, default=2, help="jobs evaluated in parallel (processes)")
     ap.add_argument("--json", help="write the per-trial records here")
@@ -121,9 +123,9 @@ def main(argv=None) -> int:
     t0 = time.time()
     if args.procs > 1 and len(todo) > 1:
         with mp.get_context("fork").Pool(args.procs) as pool:
-            parts = pool.starmap(_job_quiet, [(j, args.seeds, args.budget) for j in todo])
+            parts = pool.starmap(_job_quiet, [(j, args.seeds, args.budget, args.first_seed) for j in todo])
     else:
-        parts = [_job_quiet(j, args.seeds, args.budget) for j in todo]
+        parts = [_job_quiet(j, args.seeds, args.budget, args.first_seed) for j in todo]
     runs = [r for p in parts for r in p]
     print(f"total {time.time() - t0:.0f} s\n")
     if args.json:
