@@ -118,6 +118,16 @@ def cmd_tune(args) -> int:
     if args.max_trials:
         spec.budget.max_trials = args.max_trials
         spec.budget.parallel_trials = min(spec.budget.parallel_trials, args.max_trials)
+    out_json = args.results or (str(Path(args.report).with_suffix(".json")) if args.report else None)
+    for flag, path in (("--results", args.results), ("--report", args.report)):
+        # before the trials, not after them: a run must not end by losing its results to a missing folder
+        if path:
+            try:
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                print(f"rltune tune: {flag} {path}: cannot create its folder ({e.strerror}); "
+                      f"pass a path in a writable folder", file=sys.stderr)
+                return 2
     mode = "real" if args.real else ("real" if spec.workload.framework == "reference" else "twin")
     backend = LocalBackend(mode=mode)
     base_flat = spec.baseline.flat()
@@ -169,7 +179,6 @@ def cmd_tune(args) -> int:
     if res.forecast_error is not None:
         print(f"forecaster median |error|: {res.forecast_error:.1%}")
     result = results_dict(ns, name, spec, res, mode)
-    out_json = args.results or (str(Path(args.report).with_suffix(".json")) if args.report else None)
     if out_json:
         Path(out_json).write_text(json.dumps(result, indent=1))
         print(f"results: {out_json}")

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_tune_local_finds_a_faster_configuration(tmp_path):
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "operator") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    report = tmp_path / "report.md"
+    report = tmp_path / "out" / "real" / "report.md"  # a folder that does not exist yet: tune creates it
     p = subprocess.run(
         [sys.executable, "-m", "rltune.cli", "tune", str(ROOT / "examples" / "bench-seed-35b-a3b-math.yaml"),
          "--local", "--max-trials", "8", "--report", str(report)],
