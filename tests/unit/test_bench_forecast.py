@@ -37,3 +37,17 @@ def test_runs_without_scored_trials_have_no_headline():
     st = summarize_runs([{"job": "a", "seed": 0, "forecast_error": None, "trials": []}])
     assert st["headline"] is None and st["jobs"] == {} and st["index"] == {}
     assert "forecast error" not in render(st)
+
+
+def test_first_seed_runs_the_held_out_seeds_not_seed_zero():
+    from bench.forecast import job_trials
+    from bench.run import select_jobs
+
+    job = select_jobs("seed-35b-a3b-math")[0]
+    held_out = job_trials(job, seeds=1, budget=3, first_seed=5)
+    assert [r["seed"] for r in held_out] == [5]
+    assert held_out == job_trials(job, seeds=1, budget=3, first_seed=5)  # a seed is reproducible
+    first = job_trials(job, seeds=1, budget=3)
+    assert [r["seed"] for r in first] == [0]
+    # the measured step times of the same trial indices differ: other seeds, other noisy trials
+    assert [t[3] for t in held_out[0]["trials"]] != [t[3] for t in first[0]["trials"]]
