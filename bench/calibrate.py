@@ -1,4 +1,7 @@
-"""Calibrate the digital twin against published measurements (shared/REFERENCE.md sections 3 and 4).
+"""Calibrate the digital twin against published measurements (listed in docs/references.md).
+
+The rows and their public sources: docs/references.md sections 'Performance-model facts' and
+'Published RL step measurements'.
 
     PYTHONPATH=operator python3 -m bench.calibrate            # table + docs/calibration.md
     PYTHONPATH=operator python3 -m bench.calibrate --fit      # also search per-hardware factors
@@ -94,10 +97,10 @@ RL_ROWS = [
     Row("verl fully_async.md", "Qwen2.5-Math-7B DAPO 28k colocated 64xH20", "H20",
         {"step": 365.28, "gen": 150.72, "old_log_prob": 70.26, "update": 133.41},
         rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=64, **VERL_FSDP_7B), VERL_FSDP_SCN, M), "as above"),
-    Row("verl fully_async.md / REFERENCE 4", "Qwen2.5-Math-7B DAPO 28k colocated 128xH20", "H20",
+    Row("verl fully_async.md", "Qwen2.5-Math-7B DAPO 28k colocated 128xH20", "H20",
         {"step": 356.30, "gen": 177.85, "old_log_prob": 53.92, "update": 113.81},
         rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=128, **VERL_FSDP_7B), VERL_FSDP_SCN, M), "as above"),
-    Row("verl fully_async.md / REFERENCE 4", "same, fully async 64:64 (staleness 0.5, partial rollout)", "H20",
+    Row("verl fully_async.md", "same, fully async 64:64 (staleness 0.5, partial rollout)", "H20",
         {"step": 150.63, "gen (trainer wait)": 33.14, "update": 113.16},
         rl_row(preset("qwen2.5-7b"), DAPO7_28K,
                dict(gpus=128, placement="disaggregated", trainerGpus=64, weightSync="nccl",
@@ -116,13 +119,13 @@ RL_ROWS = [
                dict(gpus=32, placement="disaggregated", trainerGpus=16, weightSync="nccl",
                     **{"async": dict(staleness=1, partialRollout=True)}, **VERL_FSDP_7B),
                {**VERL_FSDP_SCN, "rollout_logprobs": True}, MA), "as above"),
-    Row("verl one_step_off.md / REFERENCE 4", "Qwen2.5-Math-7B DAPO 8k colocated 16xH20 (vLLM+Megatron)", "H20",
+    Row("verl one_step_off.md", "Qwen2.5-Math-7B DAPO 8k colocated 16xH20 (vLLM+Megatron)", "H20",
         {"step": 699, "gen": 207, "old_log_prob": 119, "update": 344},
         rl_row(preset("qwen2.5-7b"), DAPO7_8K,
                dict(gpus=16, rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=10240),
                     trainer=dict(tp=2, microBatchTokens=10240, recompute="full")), VERL_SCN, M),
         "Megatron tp2, mbt 10k, full recompute; rollout tp2 gmu 0.6; 512x16; mean response 1,000, CV 1.5 (assumed)"),
-    Row("verl one_step_off.md / REFERENCE 4", "same, one-step-off 4 rollout : 12 train GPUs", "H20",
+    Row("verl one_step_off.md", "same, one-step-off 4 rollout : 12 train GPUs", "H20",
         {"step": 566, "old_log_prob": 120, "update": 347},
         rl_row(preset("qwen2.5-7b"), DAPO7_8K,
                dict(gpus=16, placement="disaggregated", trainerGpus=12, weightSync="nccl",
@@ -136,7 +139,7 @@ RL_ROWS = [
                dict(gpus=16, rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=22528),
                     trainer=dict(tp=1, cp=4, microBatchTokens=45056, recompute="full")), VERL_FSDP_SCN, M),
         "FSDP2 sp4 (cp4); rollout tp2; mean response 1,000, CV 2 (assumed)"),
-    Row("REFERENCE 4", "Qwen3-30B-A3B GRPO 8k colocated 128xH20", "H20",
+    Row("verl fully_async.md (30B)", "Qwen3-30B-A3B GRPO 8k colocated 128xH20", "H20",
         {"step": 497.9, "gen": 348.1, "old_log_prob": 28.7, "ref": 20.9, "update": 86.3},
         rl_row(preset("qwen3-30b-a3b"), GRPO30_8K,
                dict(gpus=128, rollout=dict(tp=4, expertParallel=True, gpuMemoryUtilization=0.6, maxNumSeqs=1024),
@@ -242,11 +245,11 @@ def sync_row(model: ModelArch, gpu_type: str, ranks: int, method: str) -> Callab
 
 
 SYNC_ROWS = [
-    Row("verl checkpoint engine / REFERENCE 4", "Qwen3-30B-A3B 16->16 ranks", "H20", {"sync s": 4.38},
+    Row("verl fully_async.md (ckpt engine)", "Qwen3-30B-A3B 16->16 ranks", "H20", {"sync s": 4.38},
         sync_row(preset("qwen3-30b-a3b"), "H20", 16, "checkpoint-engine"), "checkpoint-engine, 400 Gb/s NICs"),
-    Row("verl checkpoint engine / REFERENCE 4", "Qwen3-235B-A22B 64->64 ranks", "H20", {"sync s": 23.7},
+    Row("verl fully_async.md (ckpt engine)", "Qwen3-235B-A22B 64->64 ranks", "H20", {"sync s": 23.7},
         sync_row(preset("qwen3-235b-a22b"), "H20", 64, "checkpoint-engine"), "checkpoint-engine"),
-    Row("slime / REFERENCE 4", "GLM-4.5-355B BF16 sync", "H100", {"sync s": 48.0},
+    Row("slime v0.1.0 release notes", "GLM-4.5-355B BF16 sync", "H100", {"sync s": 48.0},
         sync_row(GLM355, "H100", 64, "nccl"), "NCCL broadcast, 64 rollout ranks (assumed), H100"),
 ]
 
@@ -288,8 +291,8 @@ FIT_KEYS = {
 }
 
 
-# Physically plausible ranges (REFERENCE 1: HBM ~90% in microbenchmarks, big GEMMs 55-70%; H20 is
-# compute-starved so its GEMMs may run closer to peak).
+# Physically plausible ranges (docs/references.md 'GPUs': HBM ~90% in microbenchmarks, big GEMMs
+# 55-70%; H20 is compute-starved so its GEMMs may run closer to peak).
 BOUNDS = {"hbm": (0.6, 0.92), "decode_compute": (0.3, 0.85), "prefill_mfu": (0.35, 0.85),
           "train_mfu": (0.3, 0.85), "fwd_ratio": (0.4, 1.0)}
 
@@ -353,9 +356,10 @@ def write_doc(tab: str, stats: dict, path: Path) -> None:
     text = f"""# Twin calibration
 
 Generated by `PYTHONPATH=operator python3 -m bench.calibrate` (twin {TWIN_VERSION}). Every published
-measurement of shared/REFERENCE.md sections 3 and 4 (plus the other rows of the same verl tables) is
-run through the digital twin with **one set of efficiency factors per hardware** (not per row);
-shapes the sources do not publish are assumed and named in the last column.
+measurement listed in docs/references.md (sections 'Performance-model facts' and 'Published RL step
+measurements', with their sources) is run through the digital twin with **one set of efficiency
+factors per hardware** (not per row); shapes the sources do not publish are assumed and named in the
+last column.
 
 ## Summary
 
@@ -371,9 +375,9 @@ Honest caveats:
 - The verl rows publish neither the mean response length nor every engine knob; the assumed mean
   response length moves generation and training together, so agreement there partly reflects that
   assumption. The phase split (gen / old log-prob / update) is the stronger check.
-- REFERENCE section 4 lists 269.8 s as the update time of the 32-GPU colocated row; verl's
-  fully_async.md table gives 313.81 s for that row (269.80 s is the 16:16 fully-async row). The
-  table below uses verl's numbers.
+- verl's fully_async.md swapped two update times between versions: up to commit c711dd7 the
+  32-GPU colocated row reads 313.81 s and the 16:16 fully-async row 269.80 s, later versions the
+  other way round. The table below uses the earlier version (docs/references.md).
 - verl "gen" in fully-async rows is the trainer's wait for samples, compared with the twin's
   `waiting` phase.
 - TensorRT-LLM FP4 rows are modelled as FP8 rollouts (the twin has no FP4), so they are expected

@@ -1,4 +1,4 @@
-"""Model architecture presets (config.json level), from shared/REFERENCE.md section 2.
+"""Model architecture presets (config.json level), from docs/references.md section 'Model architectures'.
 
 The seed's models are newer relatives of public shapes; the `seed-*` presets are modelled on those
 shapes and scaled to the seed's sizes (~27B dense, ~35B-A3B MoE, GLM Flash MoE, DeepSeek Flash MoE).
@@ -25,7 +25,8 @@ PRESETS: dict[str, dict] = {
         layers=61, denseLayers=3, hidden=7168, heads=128, kvHeads=128, headDim=128, ffn=18432, vocab=129280,
         experts=256, activeExperts=8, sharedExperts=1, expertFfn=2048, kvLoraRank=512, ropeHeadDim=64,
     ),
-    # Seed-like models (shared/DESIGN.md): scaled relatives of the public shapes above.
+    # Seed-like models: the benchmark is shaped like a public tuning result whose four models have no
+    # published config here, so these are scaled relatives of the public shapes above.
     "seed-27b-dense": dict(layers=62, hidden=5376, heads=32, kvHeads=8, headDim=128, ffn=21504, vocab=262144),
     "seed-35b-a3b": dict(
         layers=48, hidden=2048, heads=32, kvHeads=4, headDim=128, ffn=0, vocab=151936,

@@ -1,8 +1,8 @@
 """Render a winning configuration as framework overrides, ready to paste.
 
 twin / reference: the canonical knobs as `path=value`. verl and OpenRLHF: their own option names
-(shared/REFERENCE.md section 6) where a canonical knob has a direct counterpart; knobs without one
-stay canonical (prefixed `rltune.`) so nothing is silently lost.
+(docs/references.md section 'Framework knobs and metric names') where a canonical knob has a direct
+counterpart; knobs without one stay canonical (prefixed `rltune.`) so nothing is silently lost.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Deliberately simpler than the digital twin and written independently of it: a ro
 model with a KV-capacity concurrency limit and a long-tail term, training FLOPs against an
 efficiency that depends on parallelism, micro-batch size, recompute and the pipeline bubble,
 weight sync by method and placement, and the overlap that staleness allows. Constants are
-public facts (shared/REFERENCE.md, cited inline) or round priors the calibration corrects.
+public facts (docs/references.md, cited inline by section) or round priors the calibration corrects.
 
 Everything here is pure arithmetic on (ModelArch, TaskSpec, GPU, RLConfig); results of the
 rollout and trainer halves are cached separately because a search space is a product of both.
@@ -26,8 +26,8 @@ WORK_PHASES = ("generation", "old_logprob", "ref_logprob", "training", "weight_s
 # Informational parts of `generation` (not added to the step).
 SUB_PHASES = ("generation_tail", "tool")
 
-# Priors (REFERENCE section 1/3): achieved HBM ~90% in microbenchmarks, lower in real decode;
-# big GEMMs 55-70% of peak; RL training MFU 0.19-0.40 (verl docs).
+# Priors (docs/references.md 'GPUs' and 'Performance-model facts'): achieved HBM ~90% in
+# microbenchmarks, lower in real decode; big GEMMs 55-70% of peak; RL training MFU 0.19-0.40 (verl docs).
 HBM_EFF = 0.75
 DECODE_GEMM_EFF = 0.5
 TRAIN_MFU_DENSE = 0.42
@@ -120,7 +120,7 @@ def _lognormal(tf: TaskFacts) -> tuple[float, float]:
 
 def longest_response(tf: TaskFacts) -> float:
     """Expected longest of n lognormal lengths with the task's mean and CV, capped at the maximum
-    (REFERENCE section 3: the max of K samples is several times the mean)."""
+    (docs/references.md 'Performance-model facts': the max of K samples is several times the mean)."""
     mu, s = _lognormal(tf)
     z = NormalDist().inv_cdf(1 - 1.0 / (tf.n_seq + 1))
     return min(tf.max_len, math.exp(mu + s * z))
@@ -152,7 +152,8 @@ def _decode_iter(mf: ModelFacts, g: GPU, tp: int, ep: bool, fp8: bool, graphs: b
     wb = 1.0 if fp8 else 2.0
     touched = 0.0
     if mf.moe_layers:
-        frac = 1.0 - (1.0 - mf.k / mf.experts) ** max(b, 1.0)  # REFERENCE 3: E*(1-(1-k/E)^B)
+        # experts touched E*(1-(1-k/E)^B): docs/references.md 'Performance-model facts'
+        frac = 1.0 - (1.0 - mf.k / mf.experts) ** max(b, 1.0)
         touched = mf.moe_layers * mf.experts * frac * mf.expert_one
     w_read = (mf.nonexpert - mf.vocab * mf.hidden + touched) * wb / tp
     kv_read = b * ctx * kv_tok_gpu
@@ -249,7 +250,8 @@ def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int
         gen = queued / m0 * rate(m0, live_ctx - tf.prompt)[0] + drain
         conc = min(1.0, m0 / n_r)
         t_med = conc * (t_half or drain) + (1.0 - conc) * 0.5 * gen
-    if pressure > 1.0 and not partial:  # vLLM over-admits, then preempts and re-prefills (REFERENCE 3)
+    # vLLM over-admits, then preempts and re-prefills (docs/references.md 'Performance-model facts')
+    if pressure > 1.0 and not partial:
         gen *= 1.0 + 0.35 * min(pressure - 1.0, 3.0)
     # prefill (compute-bound): 2*N_active*T
     pre_tok = tf.n_seq * tf.prompt * (tf.turns if tf.agentic else 1)
@@ -293,7 +295,8 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
     fwd = 2.0 * mf.active + attn
     # recompute re-runs part of the forward in the backward pass: selective recompute the attention
     # core (its FLOPs grow with the sequence: a small share of a 5k-token math sample, most of an
-    # 80k-token agentic episode), full recompute the whole forward (REFERENCE 3, Korthikanti et al.)
+    # 80k-token agentic episode), full recompute the whole forward (Korthikanti et al.,
+    # docs/references.md 'Performance-model facts')
     rc = {"none": 1.0, "selective": 1.0 + attn / (3.0 * fwd), "full": 4.0 / 3.0}[recompute]
     eff = TRAIN_MFU_MOE if mf.moe_layers else TRAIN_MFU_DENSE
     eff /= 1.0 + 0.03 * math.log2(tp) + 0.08 * math.log2(cp)
@@ -308,7 +311,8 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
     peak = g.bf16_tflops * 1e12 * gpus_t
     # communication of one forward pass, per GPU: TP all-reduces (NVLink, half hidden behind GEMMs)
     # and MoE all-to-all (dispatch + combine) over the EP domain tp*ep, on NVLink inside a node and
-    # the scale-out NIC beyond it (REFERENCE 1: DeepEP ~155 GB/s NVLink vs ~50 GB/s RDMA on H800)
+    # the scale-out NIC beyond it (docs/references.md 'GPUs': DeepEP ~155 GB/s NVLink vs ~50 GB/s
+    # RDMA on H800)
     tok_gpu = tokens / gpus_t
     comm = 0.0
     if tp > 1:
@@ -322,7 +326,8 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
     train = 3.0 * fwd * rc * tokens / (peak * eff) + passes * comm
     old = fwd * tokens / (peak * eff / (0.65 if offload else 1.0) * 1.1) + comm
     ref = old
-    # memory (REFERENCE 3: Megatron distributed optimizer 6 + 12/d bytes per parameter)
+    # memory (docs/references.md 'Performance-model facts': Megatron distributed optimizer
+    # 6 + 12/d bytes per parameter)
     routed = mf.total - mf.nonexpert
     ne_gpu = mf.nonexpert / (tp * pp)
     ex_gpu = routed / (max(ep, 1) * pp) if mf.moe_layers else 0.0
@@ -349,10 +354,10 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
 
 
 def weight_sync(mf: ModelFacts, g: GPU, k: dict, gpus_t: int, gpus_r: int) -> float:
-    """Seconds to publish new weights to the rollout engines (REFERENCE 4: verl's checkpoint engine
-    moved Qwen3-30B-A3B (61 GB) 16->16 ranks in 4.38 s and Qwen3-235B (470 GB) 64->64 in 23.7 s,
-    i.e. ~14-20 GB/s; NCCL broadcast from the trainer ranks is slower; colocated engines reshard
-    locally over NVLink but pay a sleep/wake switch)."""
+    """Seconds to publish new weights to the rollout engines (docs/references.md 'Published RL step
+    measurements': verl's checkpoint engine moved Qwen3-30B-A3B (61 GB) 16->16 ranks in 4.38 s and
+    Qwen3-235B (470 GB) 64->64 in 23.7 s, i.e. ~14-20 GB/s; NCCL broadcast from the trainer ranks is
+    slower; colocated engines reshard locally over NVLink but pay a sleep/wake switch)."""
     byts = mf.total * 2.0
     tp = k["rollout.tp"]
     method = k["weightSync"]

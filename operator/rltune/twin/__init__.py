@@ -8,7 +8,8 @@ Public API:
     Infeasible                                                   raised for configs that cannot run
     TWIN_VERSION                                                 bumped whenever the model changes
 
-The tuner must not import this package (shared/DESIGN.md): only trials and benchmarks do.
+The tuner must not import this package; only trials and benchmarks do. The twin is the ground truth of
+the benchmarks, and a tuner that could read it would grade its own homework.
 """
 
 from .core import simulate_step_breakdown, simulate_step_time, simulate_trial

@@ -2,8 +2,9 @@
 
 These never leave the twin: the forecaster in rltune.tuner must learn its own corrections from
 measurements. One set of factors per hardware family (not per calibration row); values were fitted by
-bench/calibrate.py against the published measurements of shared/REFERENCE.md sections 1, 3 and 4
-(see docs/calibration.md). A job's `workload.scenario` may override any of them (docs/twin.md).
+bench/calibrate.py against the published measurements listed in docs/references.md (sections 'GPUs',
+'Performance-model facts' and 'Published RL step measurements'; results in docs/calibration.md).
+A job's `workload.scenario` may override any of them (docs/twin.md).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any, Optional
 @dataclass(frozen=True)
 class Efficiency:
     # --- rollout (vLLM) -------------------------------------------------------------------
-    hbm: float = 0.80  # achieved fraction of HBM bandwidth in decode (REFERENCE 1: ~90% microbench)
+    hbm: float = 0.80  # achieved fraction of HBM bandwidth in decode (docs/references.md 'GPUs': ~90% microbench)
     decode_compute: float = 0.45  # fraction of peak FLOPs reached by decode GEMMs/attention
     prefill_mfu: float = 0.55  # fraction of peak FLOPs reached by (chunked) prefill
     sched_overhead: float = 0.002  # s of engine CPU work per iteration (scheduler, sampling, TP workers)

@@ -1,6 +1,6 @@
 """Training side of one RL step: old/ref log-prob passes and the policy update (Megatron-style).
 
-FLOPs per token (REFERENCE 3): training 6*N_active + 6*L*s*d_q (s = token-weighted sequence length,
+FLOPs per token (docs/references.md 'Performance-model facts'): training 6*N_active + 6*L*s*d_q (s = token-weighted sequence length,
 causal), forward-only log-prob passes 2*N_active + 2*L*s*d_q each; full recompute adds a forward.
 Achieved MFU = hardware MFU x micro-batch GEMM efficiency x TP/CP shape factors, plus explicit
 TP/EP/DP communication, the pipeline bubble (PP-1)/m per optimizer step, and offload transfers.
@@ -97,7 +97,7 @@ def train_cost(model: ModelArch, seq_lens: np.ndarray, gpu_type: str, gpus_per_n
         x = mb_eff * model.active_experts * ep / model.experts
         # Grouped expert GEMMs: few tokens per local expert and narrow experts both run far from peak
         # (router, permutation and all-to-all glue included): Megatron-Bridge reaches ~6% of peak on
-        # Qwen3-30B-A3B (REFERENCE 3).
+        # Qwen3-30B-A3B (docs/references.md 'Performance-model facts').
         f_moe = x / (x + eff.moe_gemm_tokens) * model.expert_ffn / (model.expert_ffn + eff.moe_width_half)
     slow = (1.0 - expert_frac) + expert_frac / f_moe
 

@@ -1,7 +1,7 @@
 """Workload sampling: response lengths (long-tailed lognormal), agentic episodes (turns, tool latency).
 
 Lengths: lognormal with the task's mean (default max/4) and coefficient of variation (default 1.0),
-clipped at the maximum (REFERENCE 5: DAPO responses are long-tailed; the max of 16 samples is ~5x
+clipped at the maximum (docs/references.md 'Workload shapes': DAPO responses are long-tailed; the max of 16 samples is ~5x
 the mean). `stratified=True` gives a deterministic, noise-free sample (quantiles of the
 distribution in a fixed shuffled order): the expectation used by `simulate_step_time`.
 """
