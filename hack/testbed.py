@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import functools
 import json
 import os
 import re
@@ -64,14 +65,17 @@ POD_CIDR = f"127.{128 + (PORT_OFFSET // 1000) % 120}.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 
-# GPU Feature Discovery facts per GPU type (memory in MiB as GFD reports it).
-GPU_TYPES = {
-    "B300": {"product": "NVIDIA-B300", "memory": 294912, "family": "blackwell"},
-    "B200": {"product": "NVIDIA-B200", "memory": 183359, "family": "blackwell"},
-    "H200": {"product": "NVIDIA-H200", "memory": 143771, "family": "hopper"},
-    "H100": {"product": "NVIDIA-H100-80GB-HBM3", "memory": 81559, "family": "hopper"},
-    "H20": {"product": "NVIDIA-H20", "memory": 97871, "family": "hopper"},
-}
+# GPU Feature Discovery labels per GPU type, as recorded from public dumps of real GFD output
+# (hack/gfd/labels.yaml names the source of every value).
+GFD_FIXTURE = HACK / "gfd" / "labels.yaml"
+
+
+@functools.cache
+def gpu_types() -> dict[str, dict]:
+    """{type: entry}: entry["labels"] are the node labels, entry["taint"] the GPU taint."""
+    import yaml
+    doc = yaml.safe_load(GFD_FIXTURE.read_text())
+    return {name: dict(entry, taint=dict(doc["taint"])) for name, entry in doc["types"].items()}
 
 ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
          "pushgateway", "prometheus", "podrunner"]
@@ -585,7 +589,13 @@ rules:
   verbs: ["create", "delete", "deletecollection"]
   resources:
   - group: ""
-    resources: ["pods"]
+    resources: ["pods", "services"]
+# service-account tokens the pod runner requests for pods (TokenRequest), as a kubelet does
+- level: Metadata
+  verbs: ["create"]
+  resources:
+  - group: ""
+    resources: ["serviceaccounts/token"]
 # writes to rltune's own resources
 - level: Metadata
   verbs: ["create", "update", "patch", "delete"]
@@ -659,19 +669,14 @@ def node_manifest(pool: str, index: int, gpu_type: str | None, gpus_per_node: in
                 "ephemeral-storage": "7Ti"}
     taints = []
     if gpu_type:
-        info = GPU_TYPES.get(gpu_type.upper())
+        info = gpu_types().get(gpu_type.upper())
         if info is None:
-            raise ValueError(f"unknown GPU type {gpu_type!r}; known: {sorted(GPU_TYPES)}")
-        labels.update({
-            "nvidia.com/gpu.present": "true",
-            "nvidia.com/gpu.product": info["product"],
-            "nvidia.com/gpu.count": str(gpus_per_node),
-            "nvidia.com/gpu.memory": str(info["memory"]),
-            "nvidia.com/gpu.family": info["family"],
-            "node.kubernetes.io/instance-type": f"{gpu_type.lower()}-x{gpus_per_node}",
-        })
+            raise ValueError(f"unknown GPU type {gpu_type!r}; known: {sorted(gpu_types())}")
+        # exactly the recorded GFD labels (hack/gfd/labels.yaml); gpu.count is what GFD counts
+        labels.update({k: str(v) for k, v in info["labels"].items()})
+        labels["nvidia.com/gpu.count"] = str(gpus_per_node)
         capacity["nvidia.com/gpu"] = str(gpus_per_node)
-        taints.append({"key": "nvidia.com/gpu", "effect": "NoSchedule"})
+        taints.append(dict(info["taint"]))
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "labels": labels,

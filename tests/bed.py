@@ -24,7 +24,7 @@ import testbed  # noqa: E402  (hack/testbed.py)
 
 create_pool = testbed.create_pool     # create_pool(api, name, gpu_type, nodes, gpus_per_node, ...)
 delete_pool = testbed.delete_pool     # delete_pool(api, name)
-GPU_TYPES = testbed.GPU_TYPES
+GPU_TYPES = testbed.gpu_types()
 
 TRIAL_IMAGE = "rltune/trial:dev"      # mapped: the pod runner executes it locally
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # unmapped: kwok's default behaviour
@@ -163,7 +163,7 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def gpu_pod(name: str, gpus: int, product: str = "NVIDIA-B300", image: str = PAUSE_IMAGE,
+def gpu_pod(name: str, gpus: int, product: str = GPU_TYPES["B300"]["labels"]["nvidia.com/gpu.product"], image: str = PAUSE_IMAGE,
             node_selector: dict | None = None, **spec) -> dict:
     sel = {"nvidia.com/gpu.product": product}
     sel.update(node_selector or {})

@@ -36,7 +36,8 @@ def test_pod_manifests_multi_node():
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["RLTUNE_RANK"] == "1" and env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"].startswith("twin-demo-t1-0.")
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    assert pods[0]["spec"]["nodeSelector"]["nvidia.com/gpu.product"] == "NVIDIA-B300"
+    terms = pods[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms[0]["matchExpressions"][0]["values"] == ["NVIDIA-B300-SXM6-AC"]  # every known B300 string (test_pods.py)
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pods[0]["spec"]["tolerations"]
     assert pods[0]["spec"]["restartPolicy"] == "Never"
     long = P.pod_name("a" * 80, "t123", 0)

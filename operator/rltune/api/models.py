@@ -210,16 +210,28 @@ class Workload(CamelModel):
 
 class Resources(CamelModel):
     gpu_type: Literal["H100", "H200", "H20", "B200", "B300", "GB200", "GB300", "CPU"] = Field(
-        "B300", description="GPU type of the node pool (matches the nvidia.com/gpu.product label family)."
+        "B300", description="GPU type of the node pool (trial pods select every nvidia.com/gpu.product string known for it)."
     )
     gpu_budget: int = Field(ge=1, le=4096, description="Most GPUs one configuration (and all running trials together) may use.")
     gpus_per_node: int = Field(8, ge=1, le=72, description="GPUs per node in the pool.")
-    node_selector: Optional[dict[str, str]] = Field(None, description="Extra nodeSelector for trial pods.")
+    node_selector: Optional[dict[str, str]] = Field(
+        None,
+        description="Node-pool selector of trial pods (e.g. a cloud's node-pool label); default: the operator's "
+        "gpuPool.nodeSelector.",
+    )
+    gpu_product_affinity: bool = Field(
+        True,
+        description="Also require nvidia.com/gpu.product to be one of gpuType's known GPU Feature Discovery product "
+        "strings. Set false on clusters whose GPU nodes carry no GFD labels (the nodeSelector then picks the pool).",
+    )
     tolerations: Optional[list[dict[str, Any]]] = Field(
-        None, description="Extra tolerations for trial pods (nvidia.com/gpu is always tolerated)."
+        None, description="Extra tolerations for trial pods (added to the operator's gpuPool.tolerations)."
     )
     pod_template: Optional[dict[str, Any]] = Field(
-        None, description="Extra pod spec fields merged into every trial pod (e.g. volumes, priorityClassName)."
+        None,
+        description="PodSpec fields merged into every trial pod like a strategic merge patch (containers, env, "
+        "volumes, volumeMounts merged by name/mountPath; e.g. volumes, priorityClassName). Bounded by the operator's "
+        "podSecurity settings.",
     )
 
 

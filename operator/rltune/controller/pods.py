@@ -7,6 +7,31 @@ simulates the whole multi-node trial and pods of ranks > 0 run a no-op that exit
 still hold their node's GPUs in the scheduler, which is what placement needs). Names are deterministic (`<job>-<trial>-<rank>`,
 DNS-safe, truncated with a hash), so a restarted operator that re-creates a pod gets
 409 AlreadyExists instead of a duplicate.
+
+Where trial pods land (so they schedule on real GPU clusters, not only on the test bed):
+- The GPU type is selected by required node affinity `nvidia.com/gpu.product In [...]` over every
+  product string GPU Feature Discovery is known to publish for that type (api/hardware.py), never
+  by one guessed string: the string is the driver's SKU name and differs between clouds.
+- A node-pool selector (the job's `resources.nodeSelector`, else the chart's `gpuPool.nodeSelector`)
+  becomes the pod's nodeSelector. A cloud's node-pool label is authoritative about which nodes
+  are the pool; the product affinity is kept on top of it (so a pool of the wrong GPU type is
+  reported, not used) unless the job sets `resources.gpuProductAffinity: false` -- for clusters
+  whose GPU nodes carry no GFD labels (e.g. a cloud device plugin without the GPU Operator).
+- Tolerations: the chart's `gpuPool.tolerations` plus the job's `resources.tolerations`, deduplicated.
+- CPU and memory requests come from the chart's `trialDefaults`; with `trialDefaults.guaranteed`
+  the limits equal the requests (Guaranteed QoS). GPU limits always equal GPU requests.
+- Every pod and container runs with the Pod Security Standards "restricted" settings (non-root
+  user 10001 as in images/trial/Dockerfile, no privilege escalation, all capabilities dropped,
+  seccomp RuntimeDefault): https://kubernetes.io/docs/concepts/security/pod-security-standards/
+- The job's `resources.podTemplate` (a PodSpec fragment) is merged the way Kubernetes' strategic
+  merge patch merges a PodSpec: lists with a patchMergeKey in k8s.io/api core/v1 types.go are
+  merged item by item on that key (containers/initContainers/ephemeralContainers/volumes/
+  imagePullSecrets/schedulingGates/resourceClaims by name, hostAliases by ip,
+  topologySpreadConstraints by topologyKey; in a container env by name, ports by containerPort,
+  volumeMounts by mountPath, volumeDevices by devicePath); every other list (command, args,
+  tolerations, envFrom, capabilities.drop, ...) is replaced; maps merge key by key and a null
+  value deletes the key; volumes use retainKeys (a volume named in the patch keeps only the keys
+  the patch gives it). podsecurity.py decides what of the template is allowed at all.
 """
 
 from __future__ import annotations
@@ -19,6 +44,8 @@ from typing import Any, Optional
 
 from ..api.hardware import gpu as gpu_info
 from ..api.models import RLConfig, RLTuningJobSpec, trial_spec_for
+from ..settings import OperatorSettings
+from ..settings import current as current_settings
 
 LABEL_JOB = "rltune.io/job"
 LABEL_TRIAL = "rltune.io/trial"
@@ -28,6 +55,21 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 MASTER_PORT = 29500
 DEFAULT_COMMAND = ["python", "-m", "rltune.trial"]
+TRIAL_UID = 10001  # the `rltune` user of images/trial/Dockerfile
+TEMPLATE_FIELD = "spec.resources.podTemplate"
+
+RESTRICTED_POD_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True, "runAsUser": TRIAL_UID, "runAsGroup": TRIAL_UID, "fsGroup": TRIAL_UID,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
+    "runAsNonRoot": True, "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+class PodTemplateError(ValueError):
+    """A podTemplate that cannot be merged (the message names the field)."""
 
 
 def dns_name(*parts: str, limit: int = 63) -> str:
@@ -61,23 +103,117 @@ def seed_for(trial: str) -> int:
     return int(hashlib.sha1(trial.encode()).hexdigest()[:6], 16)
 
 
-def _deep_merge(base: dict, extra: dict) -> dict:
+# --------------------------------------------------------------------------- scheduling
+
+
+def product_affinity(gpu_type: str) -> dict:
+    """Required node affinity: nvidia.com/gpu.product is one of the GPU type's known strings."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "In",
+                               "values": list(gpu_info(gpu_type).gfd_products)}]}]}}}
+
+
+def pool_selector(spec: RLTuningJobSpec, settings: OperatorSettings) -> dict[str, str]:
+    """The job's node-pool selector, else the chart's (both empty: the product affinity decides)."""
+    return dict(spec.resources.node_selector or settings.gpu_pool.node_selector or {})
+
+
+def tolerations_for(spec: RLTuningJobSpec, settings: OperatorSettings) -> list[dict]:
+    out: list[dict] = []
+    for t in list(settings.gpu_pool.tolerations) + list(spec.resources.tolerations or []):
+        if t not in out:
+            out.append(copy.deepcopy(t))
+    return out
+
+
+def container_resources(spec: RLTuningJobSpec, settings: OperatorSettings, gpus: int) -> dict:
+    d = settings.trial_defaults
+    requests: dict[str, str] = {"cpu": str(d.cpu), "memory": str(d.memory)}
+    limits: dict[str, str] = dict(requests) if d.guaranteed else {}
+    if uses_gpu_resource(spec):
+        requests[GPU_RESOURCE] = limits[GPU_RESOURCE] = str(gpus)
+    out: dict[str, dict] = {"requests": requests}
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+# --------------------------------------------------------------------------- strategic merge
+
+# patchMergeKey / patchStrategy of k8s.io/api core/v1 types.go (PodSpec and Container).
+_CONTAINER_LISTS: dict[str, tuple[str, bool, Optional[dict]]] = {
+    "env": ("name", False, None),
+    "ports": ("containerPort", False, None),
+    "volumeMounts": ("mountPath", False, None),
+    "volumeDevices": ("devicePath", False, None),
+}
+_POD_LISTS: dict[str, tuple[str, bool, Optional[dict]]] = {
+    "containers": ("name", False, _CONTAINER_LISTS),
+    "initContainers": ("name", False, _CONTAINER_LISTS),
+    "ephemeralContainers": ("name", False, _CONTAINER_LISTS),
+    "volumes": ("name", True, None),  # patchStrategy "merge,retainKeys"
+    "imagePullSecrets": ("name", False, None),
+    "hostAliases": ("ip", False, None),
+    "topologySpreadConstraints": ("topologyKey", False, None),
+    "schedulingGates": ("name", False, None),
+    "resourceClaims": ("name", True, None),
+}
+
+
+def _merge_map(base: dict, patch: dict, lists: dict, path: str) -> dict:
+    if not isinstance(patch, dict):
+        raise PodTemplateError(f"{path}: must be a mapping (got {type(patch).__name__})")
     out = copy.deepcopy(base)
-    for k, v in extra.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _deep_merge(out[k], v)
-        elif isinstance(v, list) and isinstance(out.get(k), list):
-            out[k] = out[k] + copy.deepcopy(v)
+    for k, v in patch.items():
+        if k == "$patch":
+            continue
+        if v is None:
+            out.pop(k, None)
+        elif k in lists and isinstance(v, list):
+            key, retain, sub = lists[k]
+            out[k] = _merge_list(out.get(k) or [], v, key, retain, sub or {}, f"{path}.{k}")
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge_map(out[k], v, {}, f"{path}.{k}")
         else:
             out[k] = copy.deepcopy(v)
     return out
 
 
+def _merge_list(base: list, patch: list, key: str, retain: bool, sub: dict, path: str) -> list:
+    out = copy.deepcopy(base)
+    for i, item in enumerate(patch):
+        where = f"{path}[{i}]"
+        if not isinstance(item, dict) or key not in item:
+            raise PodTemplateError(f"{where}.{key}: required (Kubernetes merges {path.rsplit('.', 1)[-1]} by {key})")
+        at = next((j for j, x in enumerate(out) if isinstance(x, dict) and x.get(key) == item[key]), None)
+        if item.get("$patch") == "delete":
+            if at is not None:
+                out.pop(at)
+            continue
+        if at is None:
+            out.append(_merge_map({}, item, sub, where))
+        else:
+            merged = _merge_map(out[at], item, sub, where)
+            if retain:
+                merged = {k: v for k, v in merged.items() if k in item}
+            out[at] = merged
+    return out
+
+
+def merge_pod_spec(base: dict, template: dict, path: str = TEMPLATE_FIELD) -> dict:
+    """`template` applied to the PodSpec `base` as a strategic merge patch (see module docstring)."""
+    return _merge_map(base, template, _POD_LISTS, path)
+
+
+# --------------------------------------------------------------------------- manifests
+
+
 def trial_manifests(
     namespace: str, job: str, owner: Optional[dict], spec: RLTuningJobSpec, trial: str, config: RLConfig,
-    steps: int, warmup: int, pushgateway_url: Optional[str],
+    steps: int, warmup: int, pushgateway_url: Optional[str], settings: Optional[OperatorSettings] = None,
 ) -> tuple[list[dict], Optional[dict]]:
     """(pods, headless service or None) of one trial. `owner` is an ownerReference to the job."""
+    settings = settings or current_settings()
     gpus = config.gpus or spec.resources.gpu_budget
     per_node = spec.resources.gpus_per_node
     n = ranks_for(gpus, per_node)
@@ -95,11 +231,10 @@ def trial_manifests(
             "spec": {"clusterIP": "None", "selector": {LABEL_JOB: job, LABEL_TRIAL: trial},
                      "ports": [{"name": "rendezvous", "port": MASTER_PORT}], "publishNotReadyAddresses": True},
         }
-    node_selector = dict(spec.resources.node_selector or {})
-    if uses_gpu_resource(spec):
-        node_selector.setdefault(GPU_PRODUCT_LABEL, gpu_info(spec.resources.gpu_type).gfd_product)
-    tolerations = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
-    tolerations += copy.deepcopy(spec.resources.tolerations or [])
+    node_selector = pool_selector(spec, settings)
+    affinity = (product_affinity(spec.resources.gpu_type)
+                if uses_gpu_resource(spec) and spec.resources.gpu_product_affinity else None)
+    tolerations = tolerations_for(spec, settings)
     wl = spec.workload
     pods = []
     for rank in range(n):
@@ -124,6 +259,8 @@ def trial_manifests(
             "command": list(wl.command or DEFAULT_COMMAND),
             "env": env,
             "terminationMessagePolicy": "FallbackToLogsOnError",
+            "resources": container_resources(spec, settings, min(gpus - rank * per_node, per_node)),
+            "securityContext": copy.deepcopy(RESTRICTED_CONTAINER_SECURITY),
         }
         if wl.args:
             container["args"] = list(wl.args)
@@ -131,22 +268,23 @@ def trial_manifests(
             # the twin simulates the whole multi-node trial in rank 0; other ranks only hold their node
             container["command"] = ["python", "-c", "print('rltune twin: rank > 0 idles; rank 0 simulates the trial')"]
             container.pop("args", None)
-        if uses_gpu_resource(spec):
-            g = str(min(gpus - rank * per_node, per_node))
-            container["resources"] = {"requests": {GPU_RESOURCE: g}, "limits": {GPU_RESOURCE: g}}
         pod_spec: dict[str, Any] = {
             "restartPolicy": "Never",
             "containers": [container],
-            "tolerations": tolerations,
+            "tolerations": copy.deepcopy(tolerations),
             "enableServiceLinks": False,
+            "automountServiceAccountToken": False,  # trials never call the API server
+            "securityContext": copy.deepcopy(RESTRICTED_POD_SECURITY),
         }
         if node_selector:
-            pod_spec["nodeSelector"] = node_selector
+            pod_spec["nodeSelector"] = dict(node_selector)
+        if affinity:
+            pod_spec["affinity"] = copy.deepcopy(affinity)
         if n > 1:
             pod_spec["hostname"] = name
             pod_spec["subdomain"] = service_name(job, trial)
         if spec.resources.pod_template:
-            pod_spec = _deep_merge(pod_spec, spec.resources.pod_template)
+            pod_spec = merge_pod_spec(pod_spec, spec.resources.pod_template)
         pods.append({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": namespace,

@@ -1,0 +1,233 @@
+"""Checks the reconciler makes before it creates any trial pod (pure; no API calls).
+
+`check_pool` answers "can any node of this cluster ever host this pod?" from the node objects and
+the pod's scheduling constraints: nodeSelector, required node affinity, tolerations against the
+NoSchedule/NoExecute taints, and allocatable `nvidia.com/gpu` / cpu / memory against the pod's
+requests (node capacity, not what is free now: a busy pool only means waiting). Transient state
+is ignored: cordoned nodes and the node lifecycle controller's `node.kubernetes.io/*` condition
+taints (not-ready, unreachable, pressure) do not make a pool wrong. When no node fits, the message
+names the selector and what the cluster's nodes carry, so a wrong selector becomes a condition on
+the job instead of trials that wait for their timeout.
+
+`supported_framework` refuses frameworks without an adapter: rltune never runs the twin in place
+of a real framework, which would put simulated speed-ups in the status of a real job.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Any, Optional
+
+GPU_RESOURCE = "nvidia.com/gpu"
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+SUPPORTED_FRAMEWORKS = ("twin", "reference")
+FIX = ("set spec.resources.nodeSelector or the chart's gpuPool.nodeSelector to labels your GPU nodes carry, "
+       "spec.resources.gpuType to the GPU they have (or spec.resources.gpuProductAffinity: false where GPU nodes "
+       "carry no nvidia.com/gpu.product label), and spec.resources.tolerations or the chart's gpuPool.tolerations "
+       "for their taints")
+
+_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
+           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def quantity(v: Any) -> float:
+    """A Kubernetes resource quantity ("500m", "8Gi", "2", 4) as a number; unparsable -> 0."""
+    m = _QTY.match(str(v).strip())
+    if not m:
+        return 0.0
+    return float(m.group(1)) * _SUFFIX[m.group(2) or ""]
+
+
+def supported_framework(spec: Any) -> Optional[str]:
+    """None when the job's framework can run; else why not (names spec.workload.framework)."""
+    fw = spec.workload.framework
+    if fw in SUPPORTED_FRAMEWORKS:
+        return None
+    return (f"spec.workload.framework: {fw!r} has no adapter in this rltune version yet; supported: "
+            f"{', '.join(SUPPORTED_FRAMEWORKS)} (twin = the simulated cluster, reference = rltune's own GRPO "
+            f"loop). rltune never runs the twin in place of {fw}, so the job is not started")
+
+
+# --------------------------------------------------------------------------- matching
+
+
+def _labels(node: dict) -> dict[str, str]:
+    return (node.get("metadata") or {}).get("labels") or {}
+
+
+def _allocatable(node: dict) -> dict[str, Any]:
+    return (node.get("status") or {}).get("allocatable") or {}
+
+
+def _match_expression(expr: dict, values_of: dict[str, str]) -> bool:
+    key, op, vals = expr.get("key"), expr.get("operator"), [str(v) for v in expr.get("values") or []]
+    have = key in values_of
+    v = values_of.get(key)
+    if op == "In":
+        return have and v in vals
+    if op == "NotIn":
+        return not have or v not in vals
+    if op == "Exists":
+        return have
+    if op == "DoesNotExist":
+        return not have
+    if op in ("Gt", "Lt") and have and vals:
+        try:
+            a, b = int(v), int(vals[0])
+        except (TypeError, ValueError):
+            return False
+        return a > b if op == "Gt" else a < b
+    return False
+
+
+def _required_terms(pod_spec: dict) -> list[dict]:
+    req = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
+           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    return req.get("nodeSelectorTerms") or []
+
+
+def _affinity_ok(node: dict, terms: list[dict]) -> bool:
+    if not terms:
+        return True
+    labels = _labels(node)
+    fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
+    for term in terms:  # terms are ORed; expressions within a term are ANDed
+        exprs, fexprs = term.get("matchExpressions") or [], term.get("matchFields") or []
+        if not exprs and not fexprs:
+            continue  # an empty term matches no objects
+        if all(_match_expression(e, labels) for e in exprs) and all(_match_expression(e, fields) for e in fexprs):
+            return True
+    return False
+
+
+def _tolerates(tol: dict, taint: dict) -> bool:
+    if tol.get("effect") and tol.get("effect") != taint.get("effect"):
+        return False
+    if tol.get("operator") == "Exists":
+        return not tol.get("key") or tol.get("key") == taint.get("key")
+    return tol.get("key") == taint.get("key") and (tol.get("value") or "") == (taint.get("value") or "")
+
+
+def _untolerated(node: dict, tolerations: list[dict]) -> list[dict]:
+    out = []
+    for t in (node.get("spec") or {}).get("taints") or []:
+        transient = str(t.get("key", "")).startswith("node.kubernetes.io/")
+        if t.get("effect") not in ("NoSchedule", "NoExecute") or transient:
+            continue
+        if not any(_tolerates(tol, t) for tol in tolerations):
+            out.append(t)
+    return out
+
+
+def pod_requests(pod_spec: dict) -> dict[str, float]:
+    """Effective requests: max(sum over containers, any init container); limits stand in for missing requests."""
+    def of(c: dict) -> dict[str, float]:
+        r = c.get("resources") or {}
+        merged = dict(r.get("limits") or {}) | dict(r.get("requests") or {})
+        return {k: quantity(v) for k, v in merged.items()}
+
+    total: Counter = Counter()
+    for c in pod_spec.get("containers") or []:
+        total.update(of(c))
+    out = dict(total)
+    for c in pod_spec.get("initContainers") or []:
+        for k, v in of(c).items():
+            out[k] = max(out.get(k, 0.0), v)
+    return out
+
+
+def _fmt_taint(t: dict) -> str:
+    return f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
+
+
+def _fmt_qty(v: float) -> str:
+    return f"{v:g}"
+
+
+def why_not(node: dict, pod_spec: dict, requests: Optional[dict[str, float]] = None) -> Optional[str]:
+    """None when the node can host the pod; else the first reason it cannot."""
+    labels = _labels(node)
+    sel = pod_spec.get("nodeSelector") or {}
+    wrong = [k for k, v in sel.items() if labels.get(k) != str(v)]
+    if wrong:
+        return "nodeSelector"
+    if not _affinity_ok(node, _required_terms(pod_spec)):
+        return "affinity"
+    if _untolerated(node, pod_spec.get("tolerations") or []):
+        return "taint"
+    alloc = _allocatable(node)
+    for res, want in (requests if requests is not None else pod_requests(pod_spec)).items():
+        if want > 0 and quantity(alloc.get(res, 0)) < want:
+            return f"resource:{res}"
+    return None
+
+
+def _describe_constraints(pod_spec: dict, requests: dict[str, float]) -> str:
+    parts = []
+    sel = pod_spec.get("nodeSelector") or {}
+    if sel:
+        parts.append("nodeSelector {" + ", ".join(f"{k}: {v}" for k, v in sel.items()) + "}")
+    for term in _required_terms(pod_spec):
+        for e in term.get("matchExpressions") or []:
+            vals = e.get("values") or []
+            parts.append(f"{e.get('key')} {str(e.get('operator')).lower()}"
+                         + (f" [{', '.join(map(str, vals))}]" if vals else ""))
+    if requests.get(GPU_RESOURCE):
+        parts.append(f"{_fmt_qty(requests[GPU_RESOURCE])} allocatable {GPU_RESOURCE}")
+    return " + ".join(parts) or "no constraints"
+
+
+def _carry(nodes: list[dict], key: str, limit: int = 4) -> str:
+    counts = Counter(_labels(n).get(key) for n in nodes)
+    items = [f"{key}={v} ({c} node{'s' if c != 1 else ''})" for v, c in counts.most_common() if v is not None][:limit]
+    missing = counts.get(None, 0)
+    if not items:
+        return f"no {key} label"
+    if missing:
+        items.append(f"{missing} without {key}")
+    return ", ".join(items)
+
+
+def check_pool(nodes: list[dict], pod_spec: dict) -> Optional[str]:
+    """None when at least one node can host a pod with this spec; else a message for the job's condition."""
+    requests = pod_requests(pod_spec)
+    reasons = Counter()
+    for node in nodes:
+        why = why_not(node, pod_spec, requests)
+        if why is None:
+            return None
+        reasons[why] += 1
+    what = _describe_constraints(pod_spec, requests)
+    if not nodes:
+        return f"no node can host trial pods ({what}): the cluster has no nodes"
+    gpu_nodes = [n for n in nodes if quantity(_allocatable(n).get(GPU_RESOURCE, 0)) > 0]
+    seen = []
+    if requests.get(GPU_RESOURCE):
+        if gpu_nodes:
+            seen.append(f"the cluster's {len(gpu_nodes)} GPU node{'s' if len(gpu_nodes) != 1 else ''} carry "
+                        + _carry(gpu_nodes, GPU_PRODUCT_LABEL))
+        else:
+            seen.append(f"none of the cluster's {len(nodes)} nodes has allocatable {GPU_RESOURCE}")
+    pool = gpu_nodes or nodes
+    for key in (pod_spec.get("nodeSelector") or {}):
+        seen.append(f"{'they' if gpu_nodes else 'the nodes'} carry " + _carry(pool, key))
+    fails = []
+    if reasons.get("taint"):
+        taints = Counter(_fmt_taint(t) for n in nodes if why_not(n, pod_spec, requests) == "taint"
+                         for t in _untolerated(n, pod_spec.get("tolerations") or []))
+        fails.append(f"{reasons['taint']} matching node(s) have taints the pod does not tolerate: "
+                     + ", ".join(t for t, _ in taints.most_common(3)))
+    for key, n in reasons.items():
+        if key.startswith("resource:"):
+            res = key.split(":", 1)[1]
+            most = max((quantity(_allocatable(x).get(res, 0)) for x in nodes), default=0)
+            fails.append(f"{n} matching node(s) have too little allocatable {res} (most: {_fmt_qty(most)}, "
+                         f"the pod requests {_fmt_qty(requests[res])})")
+    msg = f"no node can host trial pods ({what})"
+    if seen:
+        msg += ": " + "; ".join(seen)
+    if fails:
+        msg += "; " + "; ".join(fails)
+    return (msg + ". Fix: " + FIX)[:1000]

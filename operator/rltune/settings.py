@@ -1,0 +1,158 @@
+"""The operator's settings: one typed object, built once at start-up.
+
+A cluster admin sets them through the Helm chart's values (rendered into a ConfigMap that the
+operator reads with `--config`, see docs/install.md); a few environment variables override single
+fields, so the test bed and a developer's shell can point the operator at their own Prometheus.
+Jobs cannot change these: they are the admin's decisions (the GPU pool, and above all what a job's
+`podTemplate` may relax of the restricted pod security profile).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic.alias_generators import to_camel
+
+DEFAULT_PROMETHEUS = "http://127.0.0.1:19090"
+DEFAULT_PUSHGATEWAY = "http://127.0.0.1:19091"
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+def _url(v: Optional[str], field: str) -> Optional[str]:
+    if v is None or v == "":
+        return None
+    if not v.startswith(("http://", "https://")):
+        raise ValueError(f"{field} must start with http:// or https:// (got {v!r})")
+    return v.rstrip("/")
+
+
+class PrometheusSettings(_Model):
+    """Where trials are scored. Managed Prometheus services want a bearer token and their own CA."""
+
+    url: str = Field(DEFAULT_PROMETHEUS, description="PromQL HTTP API base URL.")
+    bearer_token_file: Optional[str] = Field(None, description="File holding a bearer token for Prometheus.")
+    ca_file: Optional[str] = Field(None, description="CA bundle that signed Prometheus' TLS certificate.")
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        return _url(v, "prometheus.url") or DEFAULT_PROMETHEUS
+
+
+class GpuPoolSettings(_Model):
+    """How trial pods find the GPU nodes. Empty selector: the GPU type's GFD product labels decide."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict,
+                                          description="Labels every GPU node of the pool carries (e.g. a cloud's node-pool label).")
+    tolerations: list[dict[str, Any]] = Field(default_factory=lambda: [dict(GPU_TOLERATION)],
+                                              description="Tolerations of every trial pod.")
+
+
+class TrialDefaults(_Model):
+    """CPU and memory of trial pods (GPUs come from the configuration being tried)."""
+
+    cpu: str = Field("2", description="CPU request per trial pod.")
+    memory: str = Field("8Gi", description="Memory request per trial pod.")
+    guaranteed: bool = Field(False, description="Limits equal to requests (Guaranteed QoS).")
+
+
+class PodSecurityBounds(_Model):
+    """What a job's podTemplate may relax of the restricted profile. All off: trial pods are restricted."""
+
+    allow_privileged: bool = False
+    allow_privilege_escalation: bool = False
+    allow_host_namespaces: bool = False
+    allow_host_path: bool = False
+    allow_run_as_root: bool = False
+    allowed_capabilities: list[str] = Field(default_factory=list)
+    allow_secrets: bool = Field(False, description="Secret volumes and env from Secrets (a job author who may "
+                                "not read a Secret could otherwise read it through a trial pod).")
+    allow_service_account: bool = Field(False, description="serviceAccountName / a mounted API token in trial pods.")
+
+
+class OperatorSettings(_Model):
+    prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
+    pushgateway_url: str = DEFAULT_PUSHGATEWAY
+    namespaces: list[str] = Field(default_factory=list, description="Watched namespaces; empty = all.")
+    gpu_pool: GpuPoolSettings = Field(default_factory=GpuPoolSettings)
+    trial_defaults: TrialDefaults = Field(default_factory=TrialDefaults)
+    pod_security: PodSecurityBounds = Field(default_factory=PodSecurityBounds)
+    reconcile_interval: float = Field(2.0, gt=0)
+    workers: int = Field(8, ge=1)
+
+    @field_validator("pushgateway_url")
+    @classmethod
+    def _check_pgw(cls, v: str) -> str:
+        return _url(v, "pushgatewayUrl") or DEFAULT_PUSHGATEWAY
+
+
+# environment variable -> (path of the field, parser)
+ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], Any]] = {
+    "RLTUNE_PROMETHEUS_URL": (("prometheus", "url"), str),
+    "RLTUNE_PROMETHEUS_BEARER_TOKEN_FILE": (("prometheus", "bearerTokenFile"), str),
+    "RLTUNE_PROMETHEUS_CA_FILE": (("prometheus", "caFile"), str),
+    "RLTUNE_PUSHGATEWAY_URL": (("pushgatewayUrl",), str),
+    "RLTUNE_RECONCILE_INTERVAL": (("reconcileInterval",), float),
+    "RLTUNE_WORKERS": (("workers",), int),
+    "RLTUNE_GPU_POOL_SELECTOR": (("gpuPool", "nodeSelector"), json.loads),
+    "RLTUNE_POD_SECURITY": (("podSecurity",), json.loads),
+}
+
+
+class SettingsError(ValueError):
+    pass
+
+
+def load(path: Optional[str] = None, environ: Optional[dict[str, str]] = None) -> OperatorSettings:
+    """Settings from a YAML file (the chart's ConfigMap) and then the environment overrides."""
+    import yaml
+
+    env = os.environ if environ is None else environ
+    path = path or env.get("RLTUNE_CONFIG")
+    raw: dict[str, Any] = {}
+    if path:
+        try:
+            raw = yaml.safe_load(Path(path).read_text()) or {}
+        except (OSError, yaml.YAMLError) as e:
+            raise SettingsError(f"operator config {path}: {e}") from None
+        if not isinstance(raw, dict):
+            raise SettingsError(f"operator config {path}: not a YAML mapping")
+    for var, (keys, parse) in ENV_OVERRIDES.items():
+        if env.get(var):
+            try:
+                value = parse(env[var])
+            except ValueError as e:
+                raise SettingsError(f"{var}: {e}") from None
+            node = raw
+            for k in keys[:-1]:
+                node = node.setdefault(k, {})
+            node[keys[-1]] = value
+    try:
+        return OperatorSettings.model_validate(raw)
+    except ValueError as e:
+        raise SettingsError(f"operator settings: {e}") from None
+
+
+_current: Optional[OperatorSettings] = None
+
+
+def current() -> OperatorSettings:
+    """The settings of this process (loaded from the environment on first use)."""
+    global _current
+    if _current is None:
+        _current = load()
+    return _current
+
+
+def install(s: OperatorSettings) -> None:
+    """Make `s` the settings of this process (the operator's start-up does this once)."""
+    global _current
+    _current = s

@@ -1,0 +1,65 @@
+"""The operator's settings: the chart's settings file, env overrides, and errors that name the value."""
+
+from __future__ import annotations
+
+import pytest
+
+from rltune import settings as S
+from rltune.controller import prom
+
+
+def test_defaults_without_a_file():
+    s = S.load(None, environ={})
+    assert s.prometheus.url == S.DEFAULT_PROMETHEUS and s.pushgateway_url == S.DEFAULT_PUSHGATEWAY
+    assert s.namespaces == [] and s.pod_security.allow_host_path is False
+    assert s.gpu_pool.tolerations == [S.GPU_TOLERATION]
+
+
+def test_file_then_env_overrides(tmp_path):
+    f = tmp_path / "config.yaml"
+    f.write_text("prometheus:\n  url: https://prom.example:9090/\n  caFile: /etc/ca.crt\n"
+                 "namespaces: [team-a, team-b]\ngpuPool:\n  nodeSelector: {pool: b300}\n"
+                 "podSecurity: {allowHostPath: true}\n")
+    s = S.load(str(f), environ={})
+    assert s.prometheus.url == "https://prom.example:9090" and s.prometheus.ca_file == "/etc/ca.crt"
+    assert s.namespaces == ["team-a", "team-b"] and s.gpu_pool.node_selector == {"pool": "b300"}
+    assert s.pod_security.allow_host_path is True
+    s = S.load(str(f), environ={"RLTUNE_PROMETHEUS_URL": "http://other:9090"})
+    assert s.prometheus.url == "http://other:9090" and s.prometheus.ca_file == "/etc/ca.crt"
+
+
+@pytest.mark.parametrize("text,names", [
+    ("prometheus: {url: prom:9090}\n", "prometheus.url"),
+    ("pushgatewayUrl: pgw:9091\n", "pushgatewayUrl"),
+    ("podSecurity: {allowHostpath: true}\n", "allowHostpath"),
+    ("workers: 0\n", "workers"),
+    ("- a\n- b\n", "not a YAML mapping"),
+])
+def test_bad_settings_name_the_value(tmp_path, text, names):
+    f = tmp_path / "config.yaml"
+    f.write_text(text)
+    with pytest.raises(S.SettingsError, match=names.replace(".", r"\.")):
+        S.load(str(f), environ={})
+
+
+def test_bad_env_override_names_the_variable():
+    with pytest.raises(S.SettingsError, match="RLTUNE_POD_SECURITY"):
+        S.load(None, environ={"RLTUNE_POD_SECURITY": "{not json"})
+
+
+def test_prometheus_token_goes_only_to_the_operators_own_prometheus(tmp_path):
+    tok = tmp_path / "token"
+    tok.write_text("s3cret\n")
+    old = S._current
+    try:
+        S.install(S.OperatorSettings.model_validate(
+            {"prometheus": {"url": "https://prom.example:9090", "bearerTokenFile": str(tok), "caFile": "/ca.crt"}}))
+        opts = prom._auth("https://prom.example:9090")
+        assert opts["headers"]["Authorization"] == "Bearer s3cret" and opts["verify"] == "/ca.crt"
+        # a job that names its own Prometheus never receives the operator's token
+        assert prom._auth("https://attacker.example:9090") == {}
+        tok.unlink()
+        with pytest.raises(prom.MetricsError, match="bearerTokenFile"):
+            prom._auth("https://prom.example:9090")
+    finally:
+        S._current = old
