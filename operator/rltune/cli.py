@@ -3,6 +3,8 @@
     rltune plan JOB.yaml [--top N]                      forecast-only ranking, no trials
     rltune tune JOB.yaml --local [--real] [--report out.md|out.html] [--results out.json]
     rltune report RESULTS.json --output out.md|out.html
+    rltune report --job NAMESPACE/NAME --output out.html  from a job the operator ran
+    rltune --version
     rltune operator [...]                               the kopf operator (rltune.controller)
 """
 
@@ -205,12 +207,43 @@ def results_dict(ns, name, spec, res, mode) -> dict:
 
 
 def cmd_report(args) -> int:
-    from .report import render
+    from .report import render, result_from_job
 
-    result = json.loads(Path(args.results).read_text())
+    if bool(args.results) == bool(args.job):
+        print("rltune report: give either RESULTS.json or --job NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    if args.job:
+        job = _read_job(args.job)
+        try:
+            result = result_from_job(job)
+        except ValueError as e:
+            print(f"rltune report: {e}", file=sys.stderr)
+            return 1
+    else:
+        result = json.loads(Path(args.results).read_text())
     render(result, args.output)
     print(f"report: {args.output}")
     return 0
+
+
+def _read_job(ref: str) -> dict:
+    """An RLTuningJob from the cluster of the current kubeconfig (or in-cluster config)."""
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    from .api.crdgen import GROUP, PLURAL, VERSION
+
+    ns, _, name = ref.rpartition("/")
+    if not name:
+        raise SystemExit(f"rltune report: --job {ref!r}: expected NAMESPACE/NAME")
+    try:
+        config.load_kube_config()
+    except config.ConfigException:
+        config.load_incluster_config()
+    try:
+        return client.CustomObjectsApi().get_namespaced_custom_object(GROUP, VERSION, ns or "default", PLURAL, name)
+    except ApiException as e:
+        raise SystemExit(f"rltune report: --job {ref}: {e.status} {e.reason}") from None
 
 
 # ----------------------------------------------------------------------------- operator
@@ -229,11 +262,23 @@ def _cmd_operator(argv: list[str]) -> int:
 # ----------------------------------------------------------------------------- main
 
 
+def version() -> str:
+    """The installed package's version (pyproject.toml; the Helm chart's appVersion is checked against it)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as pkg_version
+
+    try:
+        return pkg_version("rltune")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "operator":
         return _cmd_operator(argv[1:])
     ap = argparse.ArgumentParser(prog="rltune", description="Tune RL post-training jobs for speed.")
+    ap.add_argument("--version", action="version", version=f"rltune {version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("plan", help="forecast-only ranking of configurations (no trials)")
     p.add_argument("job", help="RLTuningJob manifest (YAML)")
@@ -247,8 +292,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     t.add_argument("--results", help="write the results as JSON (default: beside the report)")
     t.add_argument("--max-trials", type=int, help="override budget.maxTrials")
     t.set_defaults(func=cmd_tune)
-    r = sub.add_parser("report", help="render a report from `rltune tune --results` JSON")
-    r.add_argument("results")
+    r = sub.add_parser("report", help="render a report from `rltune tune --results` JSON or a job in the cluster")
+    r.add_argument("results", nargs="?", help="results JSON of `rltune tune --results`")
+    r.add_argument("--job", help="NAMESPACE/NAME of an RLTuningJob the operator ran (read from its status)")
     r.add_argument("--output", "-o", required=True)
     r.set_defaults(func=cmd_report)
     sub.add_parser("operator", help="run the Kubernetes operator (rltune.controller)")

@@ -115,6 +115,49 @@ def _rows(result: dict) -> list[list[str]]:
 HEAD = ["trial", "state", "predicted s", "measured s", "speed-up", "GPUs", "changes", "reason"]
 
 
+def result_from_job(job: dict) -> dict:
+    """The report's input from an RLTuningJob the operator ran (its spec and status), so that
+    `rltune report --job NS/NAME` draws the same report as `rltune tune --local --report`."""
+    from datetime import datetime, timezone
+
+    from .api.models import RLTuningJobSpec
+    from .api.status import RLTuningJobStatus
+    from .controller.tunerport import config_from_diff, unflatten_summary
+
+    md = job["metadata"]
+    spec = RLTuningJobSpec.model_validate(job.get("spec") or {})
+    st = RLTuningJobStatus.model_validate(job.get("status") or {})
+
+    def t_of(iso):
+        return datetime.strptime(iso, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp() if iso else None
+
+    def rec(t) -> dict:
+        summary = unflatten_summary(t.summary).dump() if t.summary else None
+        return {"id": t.id, "state": t.state.lower(), "config": config_from_diff(spec.baseline, t.config).dump(),
+                "gpus": t.gpus, "predicted": t.predicted_seconds, "objective": t.objective,
+                "summary": summary, "reason": t.reason, "gates": t.gates}
+
+    base = next((t for t in st.trials if t.kind == "baseline"), None)
+    if base is None:
+        raise ValueError(f"{md.get('namespace')}/{md['name']}: no baseline trial in its status yet")
+    t0 = t_of(st.started_at) or t_of(base.created_at) or 0.0
+    timeline = []
+    for t in st.trials:
+        a, b = t_of(t.started_at) or t_of(t.created_at), t_of(t.finished_at)
+        if a is not None and b is not None:
+            timeline.append([t.id, a - t0, b - t0])
+    bs = st.baseline
+    return {
+        "job": f"{md.get('namespace', 'default')}/{md['name']}",
+        "mode": "real" if spec.workload.framework == "reference" else "twin", "spec": spec.dump(),
+        "baseline": rec(base), "trials": [rec(t) for t in st.trials if t.kind != "baseline"],
+        "best": (st.best.trial if st.best else None), "reason": f"phase {st.phase}: {st.message or ''}".strip(),
+        "forecastError": st.forecast_error,
+        "profile": {"evidence": "; ".join(bs.evidence or []), "bottleneck": bs.bottleneck} if bs else None,
+        "timeline": timeline,
+    }
+
+
 def render(result: dict, path: str) -> None:
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)

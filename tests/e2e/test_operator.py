@@ -151,7 +151,7 @@ def test_twin_demo_end_to_end(bed, namespace, operator):
     core = client.CoreV1Api(bed.api_client())
     products = {n.metadata.name: n.metadata.labels.get("nvidia.com/gpu.product")
                 for n in core.list_node().items}
-    assert watch.nodes and all(products.get(n) == "NVIDIA-B300" for n in watch.nodes.values())
+    assert watch.nodes and all(products.get(n) == "NVIDIA-B300-SXM6-AC" for n in watch.nodes.values())
     # the real printer columns
     out = kubectl(env, "get", "rltuningjobs", "-n", namespace).stdout
     print(out)

@@ -8,7 +8,6 @@ Run: `rltune operator` (rltune.controller.run), or `kopf run -m rltune.controlle
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from typing import Any
@@ -16,11 +15,12 @@ from typing import Any
 import kopf
 
 from ..api.crdgen import GROUP, PLURAL, VERSION
+from .. import settings as operator_settings
 from . import prom, selfmetrics
 from .reconcile import Reconciler
 
 log = logging.getLogger("rltune.controller")
-INTERVAL = float(os.environ.get("RLTUNE_RECONCILE_INTERVAL", "2"))
+INTERVAL = operator_settings.current().reconcile_interval  # read when the handlers are registered (after start-up set it)
 
 _state: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -49,7 +49,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="rltune.io")
     settings.persistence.finalizer = "rltune.io/operator"
     settings.posting.level = logging.INFO
-    settings.execution.max_workers = int(os.environ.get("RLTUNE_WORKERS", "8"))
+    settings.posting.reporting_component = "rltune"  # events read "from rltune", not "from kopf"
+    settings.execution.max_workers = operator_settings.current().workers
     settings.watching.server_timeout = 60
     settings.networking.request_timeout = 30
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from typing import Optional
 
 from kubernetes import client
@@ -13,6 +14,7 @@ from . import pods as P
 from .reconcile import Conflict
 
 log = logging.getLogger("rltune.controller")
+NODE_CACHE_SECONDS = 10.0
 
 
 class KubeCluster:
@@ -25,6 +27,7 @@ class KubeCluster:
         self.core = client.CoreV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
         self.group, self.version, self.plural = group, version, plural
+        self._nodes: Optional[tuple[float, list[dict]]] = None
 
     def get_job(self, namespace: str, name: str) -> Optional[dict]:
         try:
@@ -47,6 +50,15 @@ class KubeCluster:
             if e.status == 409:
                 raise Conflict() from e
             raise
+
+    def list_nodes(self) -> list[dict]:
+        """The cluster's nodes, cached for NODE_CACHE_SECONDS (one list per tick of every job would
+        grow with the number of jobs; a node pool changes far more slowly than that)."""
+        now = time.monotonic()
+        if self._nodes is None or now - self._nodes[0] > NODE_CACHE_SECONDS:
+            items = self.core.list_node().items
+            self._nodes = (now, [self.api.sanitize_for_serialization(n) for n in items])
+        return self._nodes[1]
 
     def list_trial_pods(self, namespace: str, job: str) -> list[dict]:
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{P.LABEL_JOB}={job}")

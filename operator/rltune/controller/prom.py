@@ -6,25 +6,41 @@ contract's records_from_samples from one instant query per trial.
 
 from __future__ import annotations
 
-import os
 import re
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 from urllib.parse import quote
 
 import requests
 
 from ..api.metrics import PUSH_JOB, STEP_METRICS, StepRecord, name, records_from_samples
-
-DEFAULT_PROMETHEUS = "http://127.0.0.1:19090"
-DEFAULT_PUSHGATEWAY = "http://127.0.0.1:19091"
+from ..settings import current as settings
 
 
 def prometheus_url(spec_url: Optional[str]) -> str:
-    return (spec_url or os.environ.get("RLTUNE_PROMETHEUS_URL") or DEFAULT_PROMETHEUS).rstrip("/")
+    return (spec_url or settings().prometheus.url).rstrip("/")
 
 
 def pushgateway_url(spec_url: Optional[str]) -> str:
-    return (spec_url or os.environ.get("RLTUNE_PUSHGATEWAY_URL") or DEFAULT_PUSHGATEWAY).rstrip("/")
+    return (spec_url or settings().pushgateway_url).rstrip("/")
+
+
+def _auth(prom: str) -> dict[str, Any]:
+    """requests options for the operator's own Prometheus: its bearer token and CA (managed
+    Prometheus services). Never for a URL a job named itself: a job must not be able to make the
+    operator send its token to a server of the job author's choosing."""
+    s = settings().prometheus
+    if prom.rstrip("/") != s.url.rstrip("/"):
+        return {}
+    opts: dict[str, Any] = {}
+    if s.bearer_token_file:
+        try:  # re-read on every call: mounted tokens rotate
+            opts["headers"] = {"Authorization": "Bearer " + Path(s.bearer_token_file).read_text().strip()}
+        except OSError as e:
+            raise MetricsError(f"prometheus.bearerTokenFile {s.bearer_token_file}: {e}") from None
+    if s.ca_file:
+        opts["verify"] = s.ca_file
+    return opts
 
 
 def _q(v: str) -> str:
@@ -47,7 +63,7 @@ def query_trial(prom: str, namespace: str, job: str, trial: str,
     """Every step the trial has reported so far (warm-up steps included, flagged)."""
     try:
         r = requests.get(f"{prom}/api/v1/query", params={"query": trial_query(namespace, job, trial, overrides)},
-                         timeout=timeout)
+                         timeout=timeout, **_auth(prom))
         r.raise_for_status()
         body = r.json()
     except (requests.RequestException, ValueError) as e:
@@ -78,9 +94,9 @@ def trial_reason(prom: str, namespace: str, job: str, trial: str,
     q = (f'{name("trial_info", overrides)}{{namespace="{_q(namespace)}", rltune_job="{_q(job)}", '
          f'trial="{_q(trial)}", reason!=""}}')
     try:
-        r = requests.get(f"{prom}/api/v1/query", params={"query": q}, timeout=timeout)
+        r = requests.get(f"{prom}/api/v1/query", params={"query": q}, timeout=timeout, **_auth(prom))
         r.raise_for_status()
         res = r.json()["data"]["result"]
-    except (requests.RequestException, ValueError, KeyError):
+    except (requests.RequestException, ValueError, KeyError, MetricsError):
         return None
     return res[0]["metric"].get("reason") if res else None

@@ -21,8 +21,10 @@ from pydantic import ValidationError
 
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..api.status import ACTIVE_STATES, BaselineStatus, BestStatus, Condition, RLTuningJobStatus, TrialStatus
+from ..settings import OperatorSettings
+from ..settings import current as current_settings
+from . import placement, podsecurity, prom
 from . import pods as P
-from . import prom
 from . import tunerport as tp
 from .render import render_overrides
 
@@ -41,6 +43,7 @@ class Cluster(Protocol):
     def write_status(self, job: dict, status: dict) -> dict: ...  # raises Conflict
     def list_trial_pods(self, namespace: str, job: str) -> list[dict]: ...
     def create(self, manifest: dict) -> bool: ...  # True if created, False if it already existed
+    def list_nodes(self) -> list[dict]: ...  # the cluster's nodes (may be a few seconds old)
     def delete_trial(self, namespace: str, job: str, trial: str) -> None: ...
 
 
@@ -70,7 +73,11 @@ def parse_iso(s: Optional[str]) -> Optional[float]:
 
 
 class InvalidSpec(ValueError):
-    pass
+    """A spec the operator will not run; `reason` is the SpecValid condition's reason."""
+
+    def __init__(self, message: str, reason: str = "InvalidSpec"):
+        super().__init__(message)
+        self.reason = reason
 
 
 def validate_spec(raw: dict) -> RLTuningJobSpec:
@@ -88,6 +95,22 @@ def validate_spec(raw: dict) -> RLTuningJobSpec:
     if b.placement == "disaggregated" and b.trainer_gpus is not None and b.trainer_gpus >= tp.gpus_of(spec, b):
         raise InvalidSpec("spec.baseline.trainerGpus must be fewer than baseline.gpus when placement is disaggregated")
     return spec
+
+
+def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
+    """What the operator refuses before any pod exists: a framework it cannot run for real (it never
+    runs the twin in its place) and a podTemplate that asks for more than the cluster admin allows."""
+    why = placement.supported_framework(spec)
+    if why:
+        raise InvalidSpec(why, "UnsupportedFramework")
+    if spec.resources.pod_template:
+        bad = podsecurity.check_pod_template(spec.resources.pod_template, settings.pod_security)
+        if bad:
+            raise InvalidSpec("; ".join(f"{v.field}: {v.message}" for v in bad[:4]), "PodSecurityViolation")
+        try:
+            P.merge_pod_spec({}, spec.resources.pod_template)
+        except P.PodTemplateError as e:
+            raise InvalidSpec(str(e), "InvalidPodTemplate") from None
 
 
 @dataclass
@@ -112,8 +135,9 @@ class Reconciler:
                  emit: Optional[Callable[[dict, str, str, str], None]] = None,
                  on_trial_started: Optional[Callable[[str], None]] = None,
                  on_trial_finished: Optional[Callable[[str], None]] = None,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, settings: Optional[OperatorSettings] = None):
         self.cluster = cluster
+        self.settings = settings or current_settings()
         self.metrics = metrics or PromMetrics()
         self.emit = emit or (lambda body, type_, reason, message: None)
         self.on_trial_started = on_trial_started or (lambda kind: None)
@@ -137,12 +161,13 @@ class Reconciler:
 
         try:
             spec = validate_spec(body.get("spec") or {})
+            preflight(spec, self.settings)
         except InvalidSpec as e:
             if status.observed_generation != gen or status.phase != "Failed":
-                tick.warn("InvalidSpec", str(e))
+                tick.warn(e.reason, str(e))
             status.observed_generation = gen
-            self._set_phase(status, "Failed", str(e), gen, now, failure=("InvalidSpec", str(e)))
-            self._set_condition(status, "SpecValid", "False", "InvalidSpec", str(e), gen, now)
+            self._set_phase(status, "Failed", str(e), gen, now, failure=(e.reason, str(e)))
+            self._set_condition(status, "SpecValid", "False", e.reason, str(e), gen, now)
             self._commit(body, before, status, tick)
             return status.phase
         self._set_condition(status, "SpecValid", "True", "Valid", "the spec passed validation", gen, now)
@@ -160,6 +185,11 @@ class Reconciler:
                 status.completed_at = None
                 status.best = None if status.best and not status.best.confirmed else status.best
                 self._set_phase(status, "Searching", "resumed after a spec change", gen, now)
+            else:  # it ended before a baseline was measured (invalid spec, no node for it): start over
+                tick.info("Restarted", f"spec changed (generation {gen}): profiling the baseline again")
+                status.trials = [t for t in status.trials if t.kind != "baseline"]
+                status.baseline, status.completed_at = None, None
+                self._set_phase(status, "Pending", "spec changed: starting over", gen, now)
         status.observed_generation = gen
 
         trials_by_id = {t.id: t for t in status.trials}
@@ -178,16 +208,34 @@ class Reconciler:
             if t.state in ACTIVE_STATES:
                 ctx.advance(t, pods_by_trial.get(t.id, []))
         ctx.decide()
-        self._sync_counters(spec, status)
 
-        # pods of active trials that are missing: created after the status write
+        # pods of active trials that are missing: created after the status write, and only when some
+        # node of the cluster can hold each of them (else the trial would wait for its timeout)
         for t in status.trials:
             if t.state == "Pending" and len(pods_by_trial.get(t.id, [])) < P.ranks_for(t.gpus or 1, spec.resources.gpus_per_node):
-                tick.create.extend(ctx.manifests(t))
+                manifests = ctx.manifests(t)
+                why = self._unplaceable(manifests)
+                if why:
+                    ctx.unplaceable(t, why)
+                else:
+                    tick.create.extend(manifests)
+        self._sync_counters(spec, status)
         self._commit(body, before, status, tick)
         return status.phase
 
     # ------------------------------------------------------------------ helpers
+
+    def _unplaceable(self, manifests: list[dict]) -> Optional[str]:
+        """Why no node of the cluster can run some pod of a trial (None: each pod fits some node)."""
+        trial_pods = [m for m in manifests if m["kind"] == "Pod"]
+        if not trial_pods:
+            return None
+        nodes = self.cluster.list_nodes()
+        for m in trial_pods:
+            why = placement.check_pool(nodes, m["spec"])
+            if why:
+                return why
+        return None
 
     def _commit(self, body: dict, before: dict, status: RLTuningJobStatus, tick: Tick) -> None:
         after = status.dump()
@@ -232,6 +280,13 @@ class Reconciler:
                    failure: Optional[tuple[str, str]] = None, complete: Optional[tuple[str, str]] = None) -> None:
         status.phase = phase  # type: ignore[assignment]
         status.message = message[:500]
+        # kstatus conditions (what `kubectl wait --for=condition=Ready` and GitOps health checks read)
+        self._set_condition(status, "Ready", "True" if phase == "Succeeded" else "False",
+                            (complete or failure or (phase, ""))[0], message, gen, now)
+        self._set_condition(status, "Reconciling", "False" if phase in TERMINAL_PHASES else "True",
+                            phase, message, gen, now)
+        self._set_condition(status, "Stalled", "True" if phase == "Failed" else "False",
+                            (failure or (phase, ""))[0], message, gen, now)
         if phase in TERMINAL_PHASES:
             status.completed_at = status.completed_at or now_iso(now)
             self._set_condition(status, "Progressing", "False", phase, message, gen, now)
@@ -289,7 +344,7 @@ class _Ctx:
 
     def manifests(self, t: TrialStatus) -> list[dict]:
         pods, svc = P.trial_manifests(self.ns, self.name, self.owner(), self.spec, t.id, self.config_of(t),
-                                      t.steps, self.spec.budget.warmup_steps, self.pgw_url)
+                                      t.steps, self.spec.budget.warmup_steps, self.pgw_url, settings=self.r.settings)
         return ([svc] if svc else []) + pods
 
     def add_trial(self, trial_id: str, kind: str, config: RLConfig, steps: int, predicted=None,
@@ -323,6 +378,16 @@ class _Ctx:
         measured = f", {t.measured_seconds:.1f}s/step" if t.measured_seconds else ""
         msg = f"trial {t.id} {state}{measured}" + (f": {t.reason}" if t.reason else "")
         (self.tick.info if state in ("Succeeded", "Stopped") else self.tick.warn)(f"Trial{state}", msg)
+
+    def unplaceable(self, t: TrialStatus, why: str) -> None:
+        """No node can hold a pod of `t`: the trial ends now; for the baseline, so does the job."""
+        self.finish(t, "Unschedulable", why)
+        if t.kind == "baseline":
+            if self.status.baseline is not None:
+                self.status.baseline.state, self.status.baseline.reason = "Unschedulable", why[:300]  # type: ignore[assignment]
+            self.r._set_condition(self.status, "PodsSchedulable", "False", "NoMatchingNodes", why, self.gen, self.now)
+            self.r._set_phase(self.status, "Failed", f"no node can run the baseline: {why}", self.gen, self.now,
+                              failure=("NoMatchingNodes", why))
 
     def advance(self, t: TrialStatus, pods: list[dict]) -> None:
         n = P.ranks_for(t.gpus or 1, self.spec.resources.gpus_per_node)

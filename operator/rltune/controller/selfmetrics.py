@@ -15,8 +15,8 @@ JOBS = Gauge("rltune_operator_jobs", "RLTuningJobs seen, by phase.", ["phase"])
 _started = False
 
 
-def serve(port: int) -> None:
+def serve(port: int, addr: str = "0.0.0.0") -> None:
     global _started
     if port and not _started:
-        start_http_server(port)
+        start_http_server(port, addr=addr)
         _started = True
