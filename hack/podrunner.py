@@ -9,8 +9,12 @@ fate back into the pod status, like a minimal kubelet:
   command + args run as a process in its own session (process group), with the pod's env
   (values, downward-API fieldRefs, resourceFieldRefs, configMap/secret refs, envFrom), cwd = repo
   root, PYTHONPATH = operator/ + repo root, `python`/`python3` -> the repo's .venv/bin/python.
-  Extra env: KUBECONFIG (the bed's admin kubeconfig), RLTUNE_PUSHGATEWAY_URL,
-  RLTUNE_PROMETHEUS_URL (unless the pod sets them), RLTUNE_POD_UID, RLTUNE_BED_STATE.
+  Identity, volumes and names as a kubelet gives them (hack/podsandbox.py): the pod's volumes
+  (configMap, secret, emptyDir, downwardAPI, projected service-account token from the TokenRequest
+  API) bind-mounted in a private mount namespace, KUBERNETES_SERVICE_HOST/PORT, and an /etc/hosts
+  with Service names; never the bed's admin kubeconfig, so the API server enforces the pod's RBAC.
+  Extra env: RLTUNE_PUSHGATEWAY_URL and RLTUNE_PROMETHEUS_URL for images marked `bedEnv` in
+  hack/images.yaml (unless the pod sets them), RLTUNE_POD_UID, RLTUNE_BED_STATE.
   Output (stdout+stderr) goes to .state/bed/pods/<namespace>_<name>.log.
 * exit: exit code 0 -> container terminated/Completed; non-zero -> Error; 137 -> OOMKilled.
   Pod phase Succeeded / Failed once every mapped container is done (restartPolicy Never, or
@@ -138,6 +142,11 @@ class Runner:
         self.client = config.new_client_from_config(kubeconfig)
         self.api = client.CoreV1Api(self.client)
         self.server = self.client.configuration.host.rstrip("/")
+        from urllib.parse import urlsplit
+        from podsandbox import PodSandboxes
+        api = urlsplit(self.server)
+        self.sandboxes = PodSandboxes(state, self.request, api.hostname, api.port or 443, log)
+        self.sandbox: dict[str, object] = {}  # container key -> its Sandbox (token refresh)
         self._ssl = None
         import yaml
         self.images = yaml.safe_load((HACK / "images.yaml").read_text())["images"]
@@ -162,8 +171,8 @@ class Runner:
                 if "=" in line:
                     k, v = line.split("=", 1)
                     env[k] = v
+        # no KUBECONFIG: a pod reaches the API server only as its ServiceAccount (hack/podsandbox.py)
         self.bed_env = {
-            "KUBECONFIG": kubeconfig,
             "RLTUNE_PUSHGATEWAY_URL": env.get("PUSHGATEWAY_URL", "http://127.0.0.1:19091"),
             "RLTUNE_PROMETHEUS_URL": env.get("PROMETHEUS_URL", "http://127.0.0.1:19090"),
         }
@@ -325,11 +334,22 @@ class Runner:
         key = f"{md['uid']}_{c['name']}"
         pod_env = self.container_env(pod, c)
         argv = self.argv_for(c, pod_env)
+        from podsandbox import SandboxError
+        try:
+            sb = self.sandboxes.prepare(pod, c)
+        except (SandboxError, ApiError) as e:
+            # what a kubelet reports when a volume cannot be set up; retried on the next event
+            log(f"{md['namespace']}/{md['name']} [{c['name']}]: {e}")
+            self.patch_container(pod, c["name"], {"waiting": {"reason": "CreateContainerConfigError",
+                                                              "message": str(e)[:500]}}, ready=False)
+            return
         logfile = self.podlogs / f"{md['namespace']}_{md['name']}.log"
         exitfile = self.recdir / f"{key}.exit"
         exitfile.unlink(missing_ok=True)
-        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH",)}
-        env.update(self.bed_env)
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KUBECONFIG")}
+        if (self.image_entry(c.get("image", "")) or {}).get("bedEnv"):
+            env.update(self.bed_env)
+        env.update(sb.env)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), str(REPO)])
         env.update(pod_env)  # the pod's env wins
         env["RLTUNE_POD_UID"] = md["uid"]
@@ -347,7 +367,7 @@ class Runner:
                 argv = ["/bin/sh", "-c", "echo 'no command for this image' >&2; exit 127"]
             # sh records the exit code even when the runner is not around to wait() for it
             p = subprocess.Popen(
-                ["/bin/sh", "-c", '"$@"; echo $? > "$RLTUNE_EXIT_FILE"', "rltune-pod", *argv],
+                sb.wrap(["/bin/sh", "-c", '"$@"; echo $? > "$RLTUNE_EXIT_FILE"', "rltune-pod", *argv]),
                 stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
                 start_new_session=True, close_fds=True)
         self.ensure_kubectl_logs(pod, logfile)
@@ -357,6 +377,7 @@ class Runner:
                "restartCount": restart_count, "argv": argv}
         self.save(rec)
         self.procs[key] = Proc(rec, p)
+        self.sandbox[key] = sb
         log(f"started {md['namespace']}/{md['name']} [{c['name']}] pid {p.pid}: {' '.join(argv)}")
         if restart_count:
             self.patch_container(pod, c["name"], {"running": {"startedAt": rec["startedAt"]}},
@@ -429,7 +450,10 @@ class Runner:
     def forget(self, key: str) -> None:
         for suffix in (".json", ".exit"):
             (self.recdir / f"{key}{suffix}").unlink(missing_ok=True)
-        self.procs.pop(key, None)
+        p = self.procs.pop(key, None)
+        self.sandbox.pop(key, None)
+        if p is not None and not any(q.rec["uid"] == p.rec["uid"] for q in self.procs.values()):
+            self.sandboxes.forget(p.rec["uid"])
         self.restart_at.pop(key, None)
 
     def container_statuses(self, pod: dict) -> dict[str, dict]:
@@ -590,6 +614,14 @@ class Runner:
     def tick(self) -> None:
         t = time.time()
         self.pump_logs()
+        for key, sb in list(self.sandbox.items()):
+            p = self.procs.get(key)
+            pod = self.pods.get(p.rec["uid"]) if p else None
+            if pod is not None and sb.token_files and not p.rec.get("done"):
+                try:
+                    self.sandboxes.refresh_tokens(sb, pod)
+                except Exception as e:  # noqa: BLE001 - retried next tick, like a kubelet
+                    log(f"token refresh for {p.rec['namespace']}/{p.rec['name']} failed: {e}")
         for key, p in list(self.procs.items()):
             if p.rec.get("done"):
                 continue

@@ -38,11 +38,12 @@ def test_kwok_config_is_valid_yaml_with_stages():
 def test_node_manifest_gfd_labels_and_taint():
     n = testbed.node_manifest("h200", 3, "H200", 8, "192", "2Ti")
     lab = n["metadata"]["labels"]
-    assert lab["nvidia.com/gpu.product"] == "NVIDIA-H200"
+    recorded = testbed.gpu_types()["H200"]["labels"]
+    assert {k: lab[k] for k in recorded} == recorded  # exactly the recorded GFD labels
     assert lab["nvidia.com/gpu.count"] == "8"
     assert lab["nvidia.com/gpu.family"] == "hopper"
     assert n["status"]["capacity"]["nvidia.com/gpu"] == "8"
-    assert n["spec"]["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert n["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     cpu = testbed.node_manifest("system", 0, None, 0, "32", "128Gi")
     assert "nvidia.com/gpu" not in cpu["status"]["capacity"] and not cpu["spec"]["taints"]
 
@@ -65,7 +66,7 @@ def test_gpu_pod_scheduled_on_b300_node(bed, core, namespace):
     core.create_namespaced_pod(namespace, b.gpu_pod("gpu8", 8))
     pod = b.wait_pod(core, namespace, "gpu8", phases=("Running",), timeout=30)
     node = core.read_node(pod.spec.node_name)
-    assert node.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-B300"
+    assert node.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-B300-SXM6-AC"
     assert node.status.allocatable["nvidia.com/gpu"] == "8"
     assert b.pod_condition(pod, "PodScheduled").status == "True"
     # the apiserver's audit log records the pod creation (Metadata level)
@@ -143,10 +144,11 @@ def test_h200_pool_of_16_nodes_can_be_created(bed, core, namespace):
         assert len(names) == 16
         nodes = core.list_node(label_selector=f"rltune.io/pool={pool}").items
         assert len(nodes) == 16
-        assert {n.metadata.labels["nvidia.com/gpu.product"] for n in nodes} == {"NVIDIA-H200"}
-        assert {n.metadata.labels["nvidia.com/gpu.memory"] for n in nodes} == {"143771"}
+        h200 = testbed.gpu_types()["H200"]["labels"]
+        assert {n.metadata.labels["nvidia.com/gpu.product"] for n in nodes} == {h200["nvidia.com/gpu.product"]}
+        assert {n.metadata.labels["nvidia.com/gpu.memory"] for n in nodes} == {h200["nvidia.com/gpu.memory"]}
         core.create_namespaced_pod(namespace, b.gpu_pod(
-            "h200pod", 8, product="NVIDIA-H200", node_selector={"rltune.io/pool": pool}))
+            "h200pod", 8, product=h200["nvidia.com/gpu.product"], node_selector={"rltune.io/pool": pool}))
         pod = b.wait_pod(core, namespace, "h200pod", phases=("Running",), timeout=30)
         assert pod.spec.node_name.startswith(pool)
     finally:
@@ -293,3 +295,60 @@ def test_pod_metrics_scraped_via_file_sd(bed, core, namespace):
         bed.prometheus_url, f'rltune_testbed_pod_up{{namespace="{namespace}",pod="exporter"}}'),
         30, interval=0.5, what="pod metric scraped")
     assert res[0]["metric"]["pod_label_rltune_io_trial"] == "t7"
+
+
+# ----------------------------------------------------------------------------- what a kubelet gives a pod
+def test_pod_gets_its_service_account_volumes_and_names(bed, core, namespace):
+    """A pod reaches the API server as its own ServiceAccount (a TokenRequest token bound to the pod,
+    mounted where in-cluster clients look), never with the bed's admin credentials; its configMap
+    volume and /etc/hosts (Service names -> ready endpoints) are there like on a kubelet."""
+    from kubernetes import client
+
+    rbac = client.RbacAuthorizationV1Api(bed.api_client())
+    core.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
+    rbac.create_namespaced_role(namespace, {"metadata": {"name": "cm-reader"}, "rules": [
+        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]})
+    rbac.create_namespaced_role_binding(namespace, {
+        "metadata": {"name": "reader"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                                    "name": "cm-reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
+    core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"a.yaml": "x: 1\n"}})
+    # a Service with a ready endpoint whose name the pod must resolve
+    core.create_namespaced_pod(namespace, b.python_pod("server", "import time; time.sleep(120)",
+                                                       labels={"app": "server"}))
+    server = b.wait_pod(core, namespace, "server", phases=("Running",), timeout=30)
+    core.create_namespaced_service(namespace, {"metadata": {"name": "web"}, "spec": {
+        "selector": {"app": "server"}, "ports": [{"port": 8080}]}})
+    code = (
+        "import os, socket, json\n"
+        "from kubernetes import client, config\n"
+        "assert 'KUBECONFIG' not in os.environ, 'admin kubeconfig leaked into the pod'\n"
+        "config.load_incluster_config()\n"
+        "api = client.CoreV1Api()\n"
+        "print('configmaps', [c.metadata.name for c in api.list_namespaced_config_map(os.environ['POD_NAMESPACE']).items])\n"
+        "try:\n"
+        "    api.list_namespaced_secret(os.environ['POD_NAMESPACE'])\n"
+        "    print('secrets: allowed')\n"
+        "except client.ApiException as e:\n"
+        "    print('secrets:', e.status)\n"
+        "who = client.AuthenticationV1Api().create_self_subject_review({'apiVersion': 'authentication.k8s.io/v1', 'kind': 'SelfSubjectReview'})\n"
+        "print('user', who.status.user_info.username)\n"
+        "print('file', open('/etc/settings/a.yaml').read().strip())\n"
+        "print('web', socket.gethostbyname('web.' + os.environ['POD_NAMESPACE'] + '.svc'))\n")
+    pod = b.python_pod("client", code)
+    pod["spec"]["serviceAccountName"] = "reader"
+    pod["spec"]["volumes"] = [{"name": "settings", "configMap": {"name": "settings"}}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "settings", "mountPath": "/etc/settings",
+                                                     "readOnly": True}]
+    core.create_namespaced_pod(namespace, pod)
+    done = b.wait_pod(core, namespace, "client", timeout=60)
+    out = bed.pod_log(namespace, "client")
+    assert done.status.phase == "Succeeded", out
+    assert "configmaps" in out and "'settings'" in out
+    assert "secrets: 403" in out
+    assert f"user system:serviceaccount:{namespace}:reader" in out
+    assert "file x: 1" in out
+    assert f"web {server.status.pod_ip}" in out
+    # the token was requested for this pod (TokenRequest bound to it), not taken from a Secret
+    assert any(ref.get("subresource") == "token" and ref.get("name") == "reader"
+               for _, ref in b.audit_events(bed, namespace))
