@@ -2,10 +2,10 @@
 PY ?= .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench bench-forecast
+.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo demo-down crd bench bench-forecast
 
 help:
-	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo crd bench bench-forecast"
+	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo demo-down crd bench bench-forecast"
 
 setup:               ## install what the bed and demo need (apt, Go builds, .venv); idempotent
 	hack/setup.sh
@@ -31,11 +31,15 @@ kubeconfig:          ## print the test bed's admin kubeconfig path (use: make -s
 test: setup-real
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-demo: cluster-up
+demo: cluster-up     ## helm-install rltune on the bed and tune examples/twin-demo.yaml end to end
 	$(PY) -m rltune.demo
 
-crd:
+demo-down:           ## remove what `make demo` installed (its job, the Helm release, the namespaces)
+	$(PY) -m rltune.demo --down
+
+crd:                 ## regenerate the CRD from the models: crds/ and the Helm chart's copy
 	$(PY) -m rltune.api.crdgen > crds/rltuningjobs.yaml
+	$(PY) -m rltune.api.crdgen > helm/rltune/crds/rltuningjobs.yaml
 
 bench:
 	$(PY) -m bench.run

@@ -91,8 +91,6 @@ class PodSandboxes:
         sb = Sandbox(env={"KUBERNETES_SERVICE_HOST": self.host, "KUBERNETES_SERVICE_PORT": str(self.port),
                           "KUBERNETES_SERVICE_PORT_HTTPS": str(self.port)})
         mounts = container.get("volumeMounts") or []
-        if not mounts:
-            return sb
         uid = pod["metadata"]["uid"]
         vols = {v["name"]: v for v in pod["spec"].get("volumes") or []}
         base = self.root / uid
@@ -108,7 +106,8 @@ class PodSandboxes:
             if vm.get("subPath"):
                 src = src / vm["subPath"]
             sb.mounts.append(Mount(src, vm["mountPath"], bool(vm.get("readOnly"))))
-        hosts = base / "etc-hosts"
+        hosts = base / "etc-hosts"  # every pod gets one, as from a kubelet
+        hosts.parent.mkdir(parents=True, exist_ok=True)
         hosts.write_text(self._hosts(pod))
         sb.mounts.append(Mount(hosts, "/etc/hosts", False))
         return sb
@@ -255,6 +254,12 @@ class PodSandboxes:
                        and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())), None)
             if ep:
                 lines.append(f"{ep}\t{name}.{ns}.svc {name}.{ns}.svc.cluster.local")
+        # hostname.subdomain.ns.svc of pods behind a headless Service (multi-node rendezvous)
+        for p in running:
+            ps, pm = p.get("spec") or {}, p["metadata"]
+            if ps.get("subdomain") and (p.get("status") or {}).get("podIP") and pm["uid"] != md["uid"]:
+                host = f"{ps.get('hostname') or pm['name']}.{ps['subdomain']}.{pm['namespace']}.svc"
+                lines.append(f"{p['status']['podIP']}\t{host} {host}.cluster.local")
         return "\n".join(lines) + "\n"
 
 

@@ -1,9 +1,12 @@
-"""`make demo`: tune examples/twin-demo.yaml on the local test bed, end to end.
+"""`make demo`: install rltune with its Helm chart on the local test bed and tune
+examples/twin-demo.yaml end to end; `make demo-down` removes it again.
 
-The Makefile brings the bed up first (`make cluster-up`); this script applies the CRD, starts the
-operator as a subprocess (log: .state/demo/operator.log), applies the job, shows its progress every
-few seconds, and ends with the real `kubectl get rltuningjobs` and the winning configuration.
-The helpers (kubectl, start_operator, ...) are shared with tests/e2e/test_operator.py.
+The Makefile brings the bed up first (`make cluster-up`); this script runs `helm upgrade --install`
+(the chart's CRD, ServiceAccount, RBAC, settings and the operator Deployment, which the bed's pod
+runner runs as a pod under its ServiceAccount), applies the job, shows its progress every few
+seconds, and ends with the real `kubectl get rltuningjobs` and the winning configuration. A second
+run upgrades the release in place and re-runs the job. The helpers (kubectl, start_operator, ...)
+are shared with the e2e tests.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from typing import Optional
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "crds" / "rltuningjobs.yaml"
+CHART = REPO / "helm" / "rltune"
 EXAMPLE = REPO / "examples" / "twin-demo.yaml"
+RELEASE, RELEASE_NS = "rltune", "rltune-system"
 
 
 def bed_env() -> dict[str, str]:
@@ -77,6 +82,40 @@ def apply_crd(env: dict) -> None:
     wait_crd_established(env, "rltuningjobs.rltune.io")
 
 
+def helm_install(env: dict, release: str, namespace: str, watch: tuple[str, ...] = (),
+                 extra: tuple[str, ...] = (), timeout: str = "180s") -> None:
+    """`helm upgrade --install` of the chart, pointed at the bed's Prometheus and Pushgateway, and
+    wait until the operator's Deployment is available."""
+    args = ["helm", "upgrade", "--install", release, str(CHART), "-n", namespace, "--create-namespace",
+            "--set", f"prometheus.url={env['RLTUNE_PROMETHEUS_URL']}",
+            "--set", f"pushgateway.url={env['RLTUNE_PUSHGATEWAY_URL']}",
+            "--wait", "--timeout", timeout]
+    if watch:
+        args += ["--set", "watchNamespaces={" + ",".join(watch) + "}"]
+    args += list(extra)
+    r = subprocess.run(args, env=env, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"helm upgrade --install failed: {r.stderr.strip() or r.stdout.strip()}")
+
+
+def operator_pod(env: dict, release: str, namespace: str) -> Optional[dict]:
+    r = kubectl(env, "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}",
+                "-o", "json", check=False)
+    pods = [p for p in json.loads(r.stdout or '{"items": []}')["items"]
+            if not p["metadata"].get("deletionTimestamp") and not (p["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    return pods[0] if pods else None
+
+
+def pod_pid(pod: dict) -> Optional[int]:
+    """The pid the bed's pod runner started for a pod (for its RSS)."""
+    for f in (REPO / ".state" / "bed" / "runner").glob(f"{pod['metadata']['uid']}_*.json"):
+        try:
+            return int(json.loads(f.read_text())["pid"])
+        except (OSError, ValueError, KeyError):
+            return None
+    return None
+
+
 def start_operator(env: dict, log_path: Path, namespaces: tuple[str, ...] = (), metrics_port: int = 18080,
                    liveness_port: int = 0) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +148,23 @@ def rss_mib(pid: int) -> Optional[float]:
     except OSError:
         return None
     return None
+
+
+def group_rss_mib(pgid: int) -> Optional[float]:
+    """RSS of a process group (a pod's container: the runner's shell wrapper and the operator)."""
+    total = None
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            if int((p / "stat").read_text().rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+        except (OSError, IndexError, ValueError):
+            continue
+        r = rss_mib(int(p.name))
+        if r is not None:
+            total = (total or 0.0) + r
+    return total
 
 
 def get_job(env: dict, ns: str, name: str) -> Optional[dict]:
@@ -147,20 +203,31 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument("--file", default=str(EXAMPLE))
     p.add_argument("--timeout", type=float, default=900)
     p.add_argument("--keep", action="store_true", help="keep the job (and the operator's log) afterwards")
+    p.add_argument("--down", action="store_true", help="remove the demo: its jobs, the Helm release, the namespaces")
     a = p.parse_args(argv)
+    if a.down:
+        return down(a.namespace)
     env = bed_env()
     ns = a.namespace
     name = __import__("yaml").safe_load(Path(a.file).read_text())["metadata"]["name"]
-    log = REPO / ".state" / "demo" / "operator.log"
 
-    print(f"==> applying the CRD ({CRD.relative_to(REPO)})")
+    # Helm installs crds/ only when the CRD is missing and never upgrades it: apply the chart's copy
+    # first, as docs/install.md tells users to before every upgrade
+    print(f"==> kubectl apply --server-side -f {CRD.relative_to(REPO)}")
     apply_crd(env)
     ensure_namespace(env, ns)
+    print(f"==> helm upgrade --install {RELEASE} {CHART.relative_to(REPO)} -n {RELEASE_NS} (watching {ns})")
+    helm_install(env, RELEASE, RELEASE_NS, watch=(ns,))
+    pod = operator_pod(env, RELEASE, RELEASE_NS)
+    if pod is None:
+        print("!! the chart's operator pod did not appear")
+        return 1
+    log = REPO / ".state" / "bed" / "pods" / f"{RELEASE_NS}_{pod['metadata']['name']}.log"
+    print(f"==> operator pod {RELEASE_NS}/{pod['metadata']['name']} runs as ServiceAccount "
+          f"{pod['spec'].get('serviceAccountName')} (log: {log.relative_to(REPO)})")
     if get_job(env, ns, name):
         print(f"==> deleting the previous {ns}/{name}")
         kubectl(env, "delete", "rltuningjob", name, "-n", ns, "--wait=false", check=False)
-    print(f"==> starting the operator (log: {log.relative_to(REPO)})")
-    op = start_operator(env, log, namespaces=(ns,))
     try:
         for _ in range(120):  # a previous job's finalizer is handled by the operator
             if not get_job(env, ns, name):
@@ -173,8 +240,9 @@ def main(argv: Optional[list[str]] = None) -> int:
         first_pod, last_line, peak_rss = None, "", 0.0
         job: Optional[dict] = None
         while time.time() - t0 < a.timeout:
-            if op.poll() is not None:
-                print(f"!! the operator exited with {op.returncode}; see {log}")
+            pod = operator_pod(env, RELEASE, RELEASE_NS) or pod
+            if (pod.get("status") or {}).get("phase") in ("Failed", "Succeeded"):
+                print(f"!! the operator pod ended ({pod['status']['phase']}); see {log}")
                 return 1
             job = get_job(env, ns, name)
             st = (job or {}).get("status") or {}
@@ -182,7 +250,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 r = kubectl(env, "get", "pods", "-n", ns, "-l", f"rltune.io/job={name}", "-o", "name", check=False)
                 if r.stdout.strip():
                     first_pod = time.time() - t0
-            peak_rss = max(peak_rss, rss_mib(op.pid) or 0.0)
+            pid = pod_pid(pod)
+            peak_rss = max(peak_rss, (group_rss_mib(pid) if pid else None) or 0.0)
             running = [t["id"] for t in st.get("trials", []) if t.get("state") in ("Pending", "Running", "Scoring")]
             line = (f"[{time.time() - t0:6.1f}s] phase={st.get('phase', '-'):<10} trials={st.get('trialsDone', '-'):<6}"
                     f" best={st.get('speedup') or best_so_far(st):<7}"
@@ -226,8 +295,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"; job {st.get('phase')} after {wall:.0f}s; operator peak RSS {peak_rss:.0f} MiB")
         return 0 if st.get("phase") == "Succeeded" else 1
     finally:
-        stop_operator(op)
-        print(f"==> operator stopped (log: {log.relative_to(REPO)})")
+        print(f"==> the operator stays installed (helm release {RELEASE_NS}/{RELEASE}); "
+              f"`make demo-down` removes it")
+
+
+def down(namespace: str) -> int:
+    """`make demo-down`: the demo's jobs first (while the operator can still remove its finalizer),
+    then the Helm release and the namespaces. The CRD stays (Helm never deletes crds/)."""
+    env = bed_env()
+    kubectl(env, "delete", "rltuningjobs", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
+    r = subprocess.run(["helm", "uninstall", RELEASE, "-n", RELEASE_NS, "--wait"], env=env,
+                       capture_output=True, text=True)
+    print(r.stdout.strip() or r.stderr.strip())
+    for n in (namespace, RELEASE_NS):
+        kubectl(env, "delete", "namespace", n, "--ignore-not-found", "--wait=false", check=False)
+    print(f"==> removed the demo (release {RELEASE_NS}/{RELEASE}, namespaces {namespace} and {RELEASE_NS})")
+    return 0
 
 
 if __name__ == "__main__":
