@@ -276,6 +276,7 @@ def pod_creations(bed: "Bed", namespace: str):
     c: Counter = Counter()
     for ev, ref in audit_events(bed, namespace):
         if (ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource")
-                and (ev.get("responseStatus") or {}).get("code") == 201):
+                and (ev.get("responseStatus") or {}).get("code") == 201
+                and "dryRun=" not in ev.get("requestURI", "")):  # a server-side dry run persists nothing
             c[ref.get("name")] += 1
     return c

@@ -2,7 +2,9 @@
 operator running from the chart as a pod under its own ServiceAccount (in-cluster config, a
 TokenRequest token; the API server enforces the chart's RBAC for real), a twin job to Succeeded on
 nodes that carry only the recorded real GFD labels, `helm test`, and the RBAC boundaries
-(`kubectl auth can-i`): no Secrets, no pods outside the watched namespaces."""
+(`kubectl auth can-i`): no Secrets, no pods outside the watched namespaces. Both namespaces
+enforce the restricted Pod Security Standard, so every pod the chart and the operator make passes
+the API server's PodSecurity admission."""
 
 from __future__ import annotations
 
@@ -73,6 +75,11 @@ def release(bed, core, namespace):
     demo.apply_crd(env)
     sys_ns = bedlib.unique("rltune-sys")
     name = "rl" + sys_ns[-6:]
+    # both namespaces enforce the Pod Security Standards' restricted profile (the API server's
+    # PodSecurity admission): the operator pod, the helm test pod and every trial pod must pass it
+    restricted = {"pod-security.kubernetes.io/enforce": "restricted"}
+    core.create_namespace({"metadata": {"name": sys_ns, "labels": restricted}})
+    core.patch_namespace(namespace, {"metadata": {"labels": restricted}})
     demo.helm_install(env, name, sys_ns, watch=(namespace,))
     yield env, name, sys_ns
     subprocess.run(["kubectl", "delete", "rltuningjobs", "--all", "-n", namespace, "--wait=true", "--timeout=60s"],

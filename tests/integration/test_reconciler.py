@@ -197,7 +197,8 @@ def audit_codes(bed, ns: str) -> dict[str, Counter]:
     out: dict[str, Counter] = {"pods": Counter(), "rltuningjobs/status": Counter()}
     for ev, ref in bedlib.audit_events(bed, ns):
         code = (ev.get("responseStatus") or {}).get("code")
-        if ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource"):
+        if ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource") \
+                and "dryRun=" not in ev.get("requestURI", ""):
             out["pods"][code] += 1
         elif (ref.get("resource"), ref.get("subresource"), ev.get("verb")) == ("rltuningjobs", "status", "update"):
             out["rltuningjobs/status"][code] += 1

@@ -156,3 +156,17 @@ def test_supported_frameworks_pass():
         raw = yaml.safe_load(EXAMPLE.read_text())["spec"]
         raw["workload"]["framework"] = fw
         assert supported_framework(RLTuningJobSpec.model_validate(raw)) is None
+
+
+def test_gpus_per_node_must_be_a_node_size_the_pool_has():
+    from rltune.controller.placement import check_gpus_per_node
+
+    nodes = [node("B300", index=i, gpus=8) for i in range(2)] + [node("H200", pool="h", gpus=4)]
+    spec = make_spec(gpusPerNode=4)
+    pod = trial_pod_spec(spec, gpus=4)
+    msg = check_gpus_per_node(nodes, pod, 4)
+    # the 4-GPU H200 node does not count: B300 pods cannot land there
+    assert msg and "spec.resources.gpusPerNode" in msg and "2 node(s) with 8" in msg and "gpusPerNode: 8" in msg
+    assert check_gpus_per_node(nodes, trial_pod_spec(make_spec(), gpus=8), 8) is None
+    # a pod without GPUs (the reference workload on CPUs) is not held to a node size
+    assert check_gpus_per_node(nodes, {"containers": [{"name": "trial"}]}, 4) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Optional
@@ -11,7 +12,7 @@ from kubernetes.client.rest import ApiException
 
 from ..api.crdgen import GROUP, PLURAL, VERSION
 from . import pods as P
-from .reconcile import Conflict
+from .reconcile import Conflict, Refusal
 
 log = logging.getLogger("rltune.controller")
 NODE_CACHE_SECONDS = 10.0
@@ -60,6 +61,28 @@ class KubeCluster:
             self._nodes = (now, [self.api.sanitize_for_serialization(n) for n in items])
         return self._nodes[1]
 
+    def refusal(self, manifest: dict) -> Optional[Refusal]:
+        """Create `manifest` as a server-side dry run (strict field validation): None when the API
+        server would accept it (or it exists already), else its message. Nothing is persisted."""
+        ns = manifest["metadata"]["namespace"]
+        kw = {"dry_run": "All", "field_validation": "Strict"}
+        try:
+            if manifest["kind"] == "Pod":
+                self.core.create_namespaced_pod(ns, manifest, **kw)
+            elif manifest["kind"] == "Service":
+                self.core.create_namespaced_service(ns, manifest, **kw)
+            return None
+        except ApiException as e:
+            if e.status == 409 or e.status >= 500 or e.status == 429:
+                return None  # exists already, or the server is busy: the real create decides
+            try:
+                body = json.loads(e.body or "{}")
+            except ValueError:
+                body = {}
+            msg = body.get("message") or e.reason or str(e.status)
+            quota = e.status == 403 and "exceeded quota" in msg
+            return Refusal(msg[:800], permanent=not quota)
+
     def list_trial_pods(self, namespace: str, job: str) -> list[dict]:
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{P.LABEL_JOB}={job}")
         return [self.api.sanitize_for_serialization(p) for p in res.items]
@@ -68,9 +91,9 @@ class KubeCluster:
         ns = manifest["metadata"]["namespace"]
         try:
             if manifest["kind"] == "Pod":
-                self.core.create_namespaced_pod(ns, manifest)
+                self.core.create_namespaced_pod(ns, manifest, field_validation="Strict")
             elif manifest["kind"] == "Service":
-                self.core.create_namespaced_service(ns, manifest)
+                self.core.create_namespaced_service(ns, manifest, field_validation="Strict")
             else:
                 raise ValueError(manifest["kind"])
             return True

@@ -231,3 +231,21 @@ def check_pool(nodes: list[dict], pod_spec: dict) -> Optional[str]:
     if fails:
         msg += "; " + "; ".join(fails)
     return (msg + ". Fix: " + FIX)[:1000]
+
+
+def check_gpus_per_node(nodes: list[dict], pod_spec: dict, gpus_per_node: int) -> Optional[str]:
+    """None when some node the pod may land on has `gpus_per_node` allocatable GPUs; else a message
+    naming spec.resources.gpusPerNode and what the matching nodes have. The job's layout (how many
+    pods a configuration needs, what one node's NVLink domain holds) rests on that number: on nodes
+    of another size trials would be placed, and forecast, on a machine the cluster does not have."""
+    if not pod_requests(pod_spec).get(GPU_RESOURCE):
+        return None
+    placeable = [n for n in nodes if why_not(n, pod_spec, {}) is None]
+    sizes = Counter(int(quantity(_allocatable(n).get(GPU_RESOURCE, 0))) for n in placeable)
+    if not sizes or gpus_per_node in sizes:
+        return None
+    have = ", ".join(f"{n} node(s) with {g}" for g, n in sorted(sizes.items()))
+    best = sizes.most_common(1)[0][0]
+    return (f"spec.resources.gpusPerNode: {gpus_per_node} GPUs per node, but the nodes trial pods can use have "
+            f"{have} allocatable {GPU_RESOURCE}. Fix: set spec.resources.gpusPerNode: {best} (the size of the "
+            f"nodes it will run on), or select a pool of {gpus_per_node}-GPU nodes with spec.resources.nodeSelector")

@@ -38,12 +38,23 @@ class Conflict(Exception):
     """The job changed since it was read; retry on the next tick."""
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """The API server would not create a trial object. `permanent`: invalid or forbidden by policy
+    (the same spec would be refused again); otherwise (a namespace quota that is full) it may pass
+    later."""
+
+    message: str
+    permanent: bool
+
+
 class Cluster(Protocol):
     def get_job(self, namespace: str, name: str) -> Optional[dict]: ...
     def write_status(self, job: dict, status: dict) -> dict: ...  # raises Conflict
     def list_trial_pods(self, namespace: str, job: str) -> list[dict]: ...
     def create(self, manifest: dict) -> bool: ...  # True if created, False if it already existed
     def list_nodes(self) -> list[dict]: ...  # the cluster's nodes (may be a few seconds old)
+    def refusal(self, manifest: dict) -> Optional["Refusal"]: ...  # server-side dry run of a create
     def delete_trial(self, namespace: str, job: str, trial: str) -> None: ...
 
 
@@ -214,27 +225,44 @@ class Reconciler:
         for t in status.trials:
             if t.state == "Pending" and len(pods_by_trial.get(t.id, [])) < P.ranks_for(t.gpus or 1, spec.resources.gpus_per_node):
                 manifests = ctx.manifests(t)
-                why = self._unplaceable(manifests)
+                why = self._unplaceable(manifests, spec.resources.gpus_per_node)
+                refused = None if why else self._refused(manifests)
                 if why:
                     ctx.unplaceable(t, why)
-                else:
+                elif refused is not None and refused.permanent:
+                    ctx.rejected(t, refused.message)
+                elif refused is None:
                     tick.create.extend(manifests)
+                # else: a full quota; the trial stays Pending (scheduleTimeoutSeconds still applies)
         self._sync_counters(spec, status)
         self._commit(body, before, status, tick)
         return status.phase
 
     # ------------------------------------------------------------------ helpers
 
-    def _unplaceable(self, manifests: list[dict]) -> Optional[str]:
+    def _unplaceable(self, manifests: list[dict], gpus_per_node: int) -> Optional[str]:
         """Why no node of the cluster can run some pod of a trial (None: each pod fits some node)."""
         trial_pods = [m for m in manifests if m["kind"] == "Pod"]
         if not trial_pods:
             return None
         nodes = self.cluster.list_nodes()
         for m in trial_pods:
-            why = placement.check_pool(nodes, m["spec"])
+            why = placement.check_pool(nodes, m["spec"]) or \
+                placement.check_gpus_per_node(nodes, m["spec"], gpus_per_node)
             if why:
                 return why
+        return None
+
+    def _refused(self, manifests: list[dict]) -> Optional[Refusal]:
+        """The API server's answer to creating the trial's objects, asked as a server-side dry run
+        (validation, strict field checks and admission, Pod Security included): a refusal becomes
+        the trial's outcome instead of a create retried every tick."""
+        for m in manifests:
+            r = self.cluster.refusal(m)
+            if r is not None:
+                kind = m["kind"]
+                return Refusal(f"the API server refused {kind.lower()} {m['metadata']['name']}: {r.message}",
+                               r.permanent)
         return None
 
     def _commit(self, body: dict, before: dict, status: RLTuningJobStatus, tick: Tick) -> None:
@@ -388,6 +416,15 @@ class _Ctx:
             self.r._set_condition(self.status, "PodsSchedulable", "False", "NoMatchingNodes", why, self.gen, self.now)
             self.r._set_phase(self.status, "Failed", f"no node can run the baseline: {why}", self.gen, self.now,
                               failure=("NoMatchingNodes", why))
+
+    def rejected(self, t: TrialStatus, why: str) -> None:
+        """The API server refuses the trial's pods (invalid or against policy): the spec is at fault,
+        so the job fails with the server's message instead of retrying every tick."""
+        self.finish(t, "Failed", why)
+        for other in self.active():
+            self.finish(other, "Stopped", "the job's pods are refused by the API server")
+        self.r._set_condition(self.status, "SpecValid", "False", "PodRejected", why, self.gen, self.now)
+        self.r._set_phase(self.status, "Failed", why, self.gen, self.now, failure=("PodRejected", why))
 
     def advance(self, t: TrialStatus, pods: list[dict]) -> None:
         n = P.ranks_for(t.gpus or 1, self.spec.resources.gpus_per_node)
