@@ -33,14 +33,8 @@ def run(env, *args, check=True, timeout=240):
     return r
 
 
-def wait(cond, timeout, what, interval=1.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+def wait(cond, timeout, what):
+    return bedlib.wait_for(cond, timeout, what=what, interval=1.0)
 
 
 def get_job(env, ns, name):
