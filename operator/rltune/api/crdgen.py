@@ -6,7 +6,13 @@ JSON-Schema-2020 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped, free-
 `Any` values marked `x-kubernetes-preserve-unknown-fields` (only: workload.scenario,
 resources.podTemplate, resources.tolerations items, searchSpace.knobs values, trial configs).
 Cross-field rules the schema cannot express are CEL `x-kubernetes-validations` (CRD-only metadata,
-kept here next to the generator; the same rules are enforced in pydantic / the operator).
+kept here next to the generator; the same rules are enforced in pydantic / the operator, since a CRD
+older than the operator may lack them). Every string, list and map of the spec is bounded
+(`unbounded()`), so an oversized spec is refused by the schema and the CEL cost estimates stay small.
+
+Not expressible here, so checked by the operator only (rltune.tuner.validation.check_spec): anything
+about searchSpace.knobs values. They are free-form (numbers, strings, booleans), and CEL cannot see
+an untyped field at all, so even "every GPU count <= gpuBudget" cannot be written as a rule.
 
 The checked-in crds/rltuningjobs.yaml must equal this module's output (tests/unit/test_crd.py).
 """
@@ -19,6 +25,7 @@ from typing import Any
 
 import yaml
 
+from . import models as M
 from .models import RLTuningJobSpec, knob_paths
 from .presets import PRESETS
 from .status import RLTuningJobStatus
@@ -96,7 +103,8 @@ def _convert(node: dict, defs: dict, path: str) -> dict:
     if "enum" in node:
         out["enum"] = list(node["enum"])
         out.setdefault("type", "string" if all(isinstance(e, str) for e in node["enum"]) else "integer")
-    for k in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "pattern", "format"):
+    for k in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "minProperties",
+              "maxProperties", "pattern", "format"):
         if k in node:
             out[k] = node[k]
     if "exclusiveMinimum" in node:
@@ -159,6 +167,87 @@ def _rule(rule: str, message: str, field_path: str | None = None, reason: str | 
     return r
 
 
+def _arch(field: str, fallback: str) -> str:
+    """CEL (on workload.model): an architecture field as given, else its preset's value (presets define
+    every field the rules read, 0 where absent), else `fallback`; so the rules also catch an override
+    that contradicts its preset. `preset` is an enum, so the table lookup cannot miss."""
+    table = {p: v.get(field, 0) for p, v in sorted(PRESETS.items())}
+    lit = "{" + ", ".join(f"'{p}': {v}" for p, v in table.items()) + "}"
+    return f"(has(self.{field}) ? self.{field} : has(self.preset) ? {lit}[self.preset] : {fallback})"
+
+
+def _model_rules() -> list[dict]:
+    """The architecture's contradictions (models.architecture_problems says the same in pydantic)."""
+    assert all("heads" in v and "kvHeads" in v and "layers" in v for v in PRESETS.values())
+    heads = _arch("heads", "1")
+    kv = _arch("kvHeads", heads)
+    layers, dense = _arch("layers", "1"), _arch("denseLayers", "0")
+    experts, active, effn = _arch("experts", "0"), _arch("activeExperts", "0"), _arch("expertFfn", "0")
+    return [
+        _rule(f"{kv} <= {heads} && {heads} % {kv} == 0",
+              "spec.workload.model.kvHeads must not exceed spec.workload.model.heads and must divide it "
+              "(each KV head serves heads/kvHeads query heads): fix kvHeads or heads", ".kvHeads"),
+        _rule(f"{dense} < {layers} || ({dense} == {layers} && {experts} == 0)",
+              "spec.workload.model.denseLayers must be fewer than spec.workload.model.layers "
+              "(an MoE model needs at least one MoE layer): lower denseLayers", ".denseLayers"),
+        _rule(f"{active} <= {experts}",
+              "spec.workload.model.activeExperts must not exceed spec.workload.model.experts: lower activeExperts "
+              "(top-k), or set it to 0 for a dense model", ".activeExperts"),
+        _rule(f"{experts} == 0 || ({active} >= 1 && {effn} >= 1)",
+              "an MoE model (spec.workload.model.experts > 0) needs spec.workload.model.activeExperts >= 1 and "
+              "spec.workload.model.expertFfn >= 1: give them, or set experts to 0 for a dense model", ".experts"),
+    ]
+
+
+def _cel_str(s: str) -> str:
+    """A CEL string literal (single-quoted; the patterns here hold no quote)."""
+    assert "'" not in s
+    return "'" + s.replace("\\", "\\\\") + "'"
+
+
+def _tolerations(node: dict) -> None:
+    """Type the known fields of a toleration (unknown ones stay preserved, and the operator refuses them
+    naming the field), so the API server refuses an operator or effect that no pod could carry."""
+    item = node["items"]
+    item["properties"] = {
+        "key": {"type": "string", "maxLength": M.LABEL_KEY_MAX,
+                "description": "Taint key the toleration matches; empty with operator Exists matches all."},
+        "operator": {"type": "string", "enum": list(M.TOLERATION_OPERATORS),
+                     "description": "Exists or Equal (default Equal)."},
+        "value": {"type": "string", "maxLength": M.LABEL_VALUE_MAX,
+                  "description": "Taint value (empty with operator Exists)."},
+        "effect": {"type": "string", "enum": list(M.TOLERATION_EFFECTS) + [""],
+                   "description": "Taint effect matched; empty matches all."},
+        "tolerationSeconds": {"type": "integer", "description": "NoExecute only: how long the pod stays bound."},
+    }
+    item["x-kubernetes-validations"] = [
+        _rule("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+              "spec.resources.tolerations[].value must be empty when operator is Exists", ".value"),
+        _rule("(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+              "spec.resources.tolerations[]: an empty key needs operator Exists (it then tolerates every taint)",
+              ".operator"),
+        _rule("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+              "spec.resources.tolerations[].tolerationSeconds only applies to effect NoExecute",
+              ".tolerationSeconds"),
+    ]
+
+
+def unbounded(schema: dict, root: str) -> list[str]:
+    """Typed strings without maxLength or enum, lists without maxItems and maps without maxProperties:
+    each could carry an arbitrarily large value past the schema (and cost CEL rules an unbounded estimate)."""
+    out = []
+    for path, node in _walk(schema, root):
+        t = node.get("type")
+        if t == "string" and "maxLength" not in node and "enum" not in node:
+            out.append(path)
+        elif t == "array" and "maxItems" not in node:
+            out.append(path)
+        elif t == "object" and ("additionalProperties" in node or node.get("x-kubernetes-preserve-unknown-fields")) \
+                and "maxProperties" not in node and not node.get("properties"):
+            out.append(path)
+    return out
+
+
 def spec_schema() -> dict:
     raw = RLTuningJobSpec.model_json_schema(by_alias=True, mode="validation")
     s = _convert(raw, raw.get("$defs", {}), "spec")
@@ -168,12 +257,51 @@ def spec_schema() -> dict:
     model = _at(s, "workload.model")
     model["x-kubernetes-validations"] = [
         _rule("has(self.preset) || (has(self.layers) && has(self.hidden) && has(self.heads) && has(self.vocab))",
-              "workload.model needs a preset or the architecture fields layers, hidden, heads and vocab"),
+              "spec.workload.model needs a preset or the architecture fields layers, hidden, heads and vocab: add a preset "
+              "(e.g. qwen3-32b) or the missing fields"),
         _rule("self == oldSelf", "workload.model is immutable: create a new RLTuningJob to tune another model"),
+        *_model_rules(),
     ]
+    max_resp = M.TaskSpec().max_response_tokens
     _at(s, "workload.task")["x-kubernetes-validations"] = [
         _rule("self == oldSelf", "workload.task is immutable: the tuner never changes the experiment"),
+        _rule(f"!has(self.meanResponseTokens) || self.meanResponseTokens <= "
+              f"(has(self.maxResponseTokens) ? self.maxResponseTokens : {max_resp})",
+              "spec.workload.task.meanResponseTokens must not exceed spec.workload.task.maxResponseTokens: lower the "
+              "mean or raise the maximum", ".meanResponseTokens"),
     ]
+    # A percent (80, or 1 for "all") gets the fix in words; the schema's own bound message prints an
+    # integer value's bound as an integer ("less than or equal to 0").
+    _at(s, "baseline.rollout.gpuMemoryUtilization")["x-kubernetes-validations"] = [
+        _rule("self < 1.0", "spec.baseline." + M.FRACTION_MESSAGE),
+    ]
+    for f in ("prometheusUrl", "pushgatewayUrl"):
+        _at(s, f"metrics.{f}")["x-kubernetes-validations"] = [
+            _rule(f"self.matches({_cel_str(M.URL_PATTERN)})",
+                  f"spec.metrics.{f} must start with http:// or https:// and a host "
+                  "(e.g. http://prometheus.monitoring:9090)"),
+        ]
+    _at(s, "metrics.names")["x-kubernetes-validations"] = [
+        _rule("self.all(k, k in [" + ", ".join(f"'{c}'" for c in M.METRIC_CONTRACTS) + "])",
+              "spec.metrics.names: keys are rltune's contract names: " + ", ".join(M.METRIC_CONTRACTS)),
+    ]
+    # Patterns as CEL rules rather than `pattern`: the API server then says what is wrong in words.
+    _at(s, "resources.nodeSelector")["x-kubernetes-validations"] = [
+        _rule(f"self.all(k, k.size() <= {M.LABEL_KEY_MAX} && k.matches({_cel_str(M.LABEL_KEY_PATTERN)}) && "
+              f"(!k.contains('/') || k.indexOf('/') <= {M.LABEL_PREFIX_MAX}))",
+              "spec.resources.nodeSelector keys must be label keys: [a DNS-subdomain prefix of at most 253 characters "
+              "and '/'] then a name of at most 63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric "
+              "(e.g. cloud.google.com/gke-nodepool)"),
+        _rule(f"self.all(k, self[k].matches({_cel_str(M.LABEL_VALUE_PATTERN)}))",
+              "spec.resources.nodeSelector values must be label values: empty, or at most 63 alphanumerics, '-', '_' "
+              "or '.', beginning and ending alphanumeric"),
+    ]
+    _at(s, "workload.env")["items"]["x-kubernetes-validations"] = [
+        _rule(f"self.name.matches({_cel_str(M.ENV_NAME_PATTERN)})",
+              "spec.workload.env[].name must be printable ASCII characters other than '=' (the value goes in value)",
+              ".name"),
+    ]
+    _tolerations(_at(s, "resources.tolerations"))
     _at(s, "resources.gpuType")["x-kubernetes-validations"] = [
         _rule("self == oldSelf", "resources.gpuType is immutable"),
     ]
@@ -183,27 +311,34 @@ def spec_schema() -> dict:
     frozen = _at(s, "searchSpace.frozen")
     frozen["items"]["enum"] = knob_paths()
     frozen["maxItems"] = len(knob_paths())
+    _at(s, "searchSpace.knobs")["maxProperties"] = len(knob_paths())
     d = RLTuningJobSpec.model_fields["budget"].default_factory()  # type: ignore[misc]
     _at(s, "budget")["x-kubernetes-validations"] = [
         _rule(f"(has(self.warmupSteps) ? self.warmupSteps : {d.warmup_steps}) < "
               f"(has(self.stepsPerTrial) ? self.stepsPerTrial : {d.steps_per_trial})",
-              "budget.warmupSteps must be fewer than budget.stepsPerTrial", ".warmupSteps"),
+              "spec.budget.warmupSteps must be fewer than spec.budget.stepsPerTrial: lower warmupSteps or raise "
+              "stepsPerTrial", ".warmupSteps"),
         _rule(f"(has(self.parallelTrials) ? self.parallelTrials : {d.parallel_trials}) <= "
               f"(has(self.maxTrials) ? self.maxTrials : {d.max_trials})",
-              "budget.parallelTrials must not exceed budget.maxTrials", ".parallelTrials"),
+              "spec.budget.parallelTrials must not exceed spec.budget.maxTrials: lower parallelTrials", ".parallelTrials"),
     ]
     s["x-kubernetes-validations"] = [
         _rule("!has(self.baseline) || !has(self.baseline.gpus) || self.baseline.gpus <= self.resources.gpuBudget",
-              "baseline.gpus must not exceed resources.gpuBudget", ".baseline.gpus"),
+              "spec.baseline.gpus must not exceed spec.resources.gpuBudget: raise the budget or lower baseline.gpus",
+              ".baseline.gpus"),
         _rule("!has(self.baseline) || !has(self.baseline.trainerGpus) || "
               "!has(self.baseline.placement) || self.baseline.placement != 'disaggregated' || "
               "self.baseline.trainerGpus < (has(self.baseline.gpus) ? self.baseline.gpus : self.resources.gpuBudget)",
-              "baseline.trainerGpus must be fewer than baseline.gpus when placement is disaggregated "
-              "(the rest of the GPUs serve rollouts)", ".baseline.trainerGpus"),
+              "spec.baseline.trainerGpus must be fewer than spec.baseline.gpus when placement is disaggregated "
+              "(the rest of the GPUs serve rollouts): lower trainerGpus", ".baseline.trainerGpus"),
         _rule("!has(self.searchSpace) || !has(self.searchSpace.minGpus) || "
               "self.searchSpace.minGpus <= self.resources.gpuBudget",
-              "searchSpace.minGpus must not exceed resources.gpuBudget", ".searchSpace.minGpus"),
+              "spec.searchSpace.minGpus must not exceed spec.resources.gpuBudget: lower minGpus or raise the budget",
+              ".searchSpace.minGpus"),
     ]
+    loose = unbounded(s, "spec")
+    if loose:
+        raise SchemaError("spec fields without maxLength/maxItems/maxProperties: " + ", ".join(loose))
     return s
 
 

@@ -12,12 +12,73 @@ changing the experiment is not a speed-up.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Optional
+import re
+from typing import Annotated, Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from .metrics import STEP_METRICS, TRIAL_METRICS
 from .presets import PRESETS
+
+# --------------------------------------------------------------------------- bounds
+# Every free string and list of the spec is bounded, so an oversized spec is refused by the API
+# server's schema (naming the field) before it reaches etcd or a pod. Where Kubernetes has its own
+# limit the bound is Kubernetes' (sources below), elsewhere a generous sane bound.
+IMAGE_MAX = 1024  # registry host (<= 253) + repository (< 256) + tag (<= 128) + digest (71) fit
+ARG_MAX = 8192  # one command or args item
+COMMAND_MAX_ITEMS = 64
+ARGS_MAX_ITEMS = 256
+ENV_MAX_ITEMS = 128
+ENV_NAME_MAX = 256
+ENV_VALUE_MAX = 32768
+# Kubernetes >= 1.34: an env var name is any printable ASCII except '=' (KEP-4369,
+# https://www.kubernetes.dev/resources/keps/4369/).
+ENV_NAME_PATTERN = r"^[ -<>-~]+$"
+# Label keys and values (https://kubernetes.io/docs/concepts/overview/working-with-objects/labels/
+# #syntax-and-character-set): [DNS-subdomain prefix (<= 253) "/"] name (<= 63); value <= 63.
+LABEL_PREFIX_MAX = 253
+LABEL_KEY_MAX = LABEL_PREFIX_MAX + 1 + 63
+LABEL_VALUE_MAX = 63
+LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                     r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
+LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
+NODE_SELECTOR_MAX = 64
+TOLERATIONS_MAX = 64
+# Toleration fields and enums (https://kubernetes.io/docs/reference/kubernetes-api/workload-resources/
+# pod-v1/#scheduling): the API server refuses anything else when the trial pod is created.
+TOLERATION_KEYS = ("key", "operator", "value", "effect", "tolerationSeconds")
+TOLERATION_OPERATORS = ("Exists", "Equal")
+TOLERATION_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
+POD_TEMPLATE_MAX_FIELDS = 64  # a PodSpec has fewer top-level fields
+SCENARIO_MAX_KEYS = 128
+KNOB_VALUES_MAX = 64
+URL_MAX = 2048
+URL_PATTERN = r"^https?://[^/?# ]+"  # a scheme and a host; the same regex in the CRD's CEL rule
+METRIC_CONTRACTS = tuple(STEP_METRICS) + tuple(TRIAL_METRICS)
+METRIC_NAME_MAX = 256
+
+Arg = Annotated[str, StringConstraints(max_length=ARG_MAX)]
+LabelValue = Annotated[str, Field(max_length=LABEL_VALUE_MAX)]  # + LABEL_VALUE_PATTERN (validator, CEL)
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=METRIC_NAME_MAX)]
+KnobValues = Annotated[list[Any], Field(max_length=KNOB_VALUES_MAX)]
+
+
+def label_key_problem(key: str) -> Optional[str]:
+    """Why `key` is not a valid Kubernetes label key (None if it is)."""
+    if len(key) > LABEL_KEY_MAX or not re.fullmatch(LABEL_KEY_PATTERN, key) or \
+            ("/" in key and key.index("/") > LABEL_PREFIX_MAX):
+        return (f"{key[:80]!r} is not a label key: [a DNS-subdomain prefix of at most {LABEL_PREFIX_MAX} "
+                "characters and '/'] then a name of at most 63 alphanumerics, '-', '_' or '.', beginning and "
+                "ending alphanumeric (e.g. cloud.google.com/gke-nodepool)")
+    return None
+
+
+def url_problem(url: str) -> Optional[str]:
+    """Why `url` is not an http(s) base URL (None if it is)."""
+    if not re.match(URL_PATTERN, url):  # a prefix match, as CEL's matches()
+        return f"{url[:80]!r} must start with http:// or https:// and a host (e.g. http://prometheus.monitoring:9090)"
+    return None
 
 
 class CamelModel(BaseModel):
@@ -47,7 +108,7 @@ def read_document(path: str) -> Any:
 class ModelSpec(CamelModel):
     """A model architecture, by preset name and/or config.json-level fields (fields override the preset)."""
 
-    preset: Optional[str] = Field(None, description=f"Architecture preset; one of {sorted(PRESETS)}.")
+    preset: Optional[str] = Field(None, max_length=64, description=f"Architecture preset; one of {sorted(PRESETS)}.")
     layers: Optional[int] = Field(None, ge=1, description="Transformer layers (num_hidden_layers).")
     dense_layers: Optional[int] = Field(
         None, ge=0, description="Leading dense layers of an MoE model (first_k_dense_replace)."
@@ -72,20 +133,50 @@ class ModelSpec(CamelModel):
     def _known_preset(self) -> "ModelSpec":
         if self.preset is not None and self.preset not in PRESETS:
             raise ValueError(
-                f"workload.model.preset {self.preset!r} is unknown: use one of {sorted(PRESETS)} "
+                f"spec.workload.model.preset {self.preset!r} is unknown: use one of {sorted(PRESETS)} "
                 "or give the architecture fields"
             )
+        for problem in architecture_problems(self.merged()):
+            raise ValueError(problem)
         return self
 
-    def resolved(self) -> "ModelArch":
-        base = dict(PRESETS[self.preset]) if self.preset else {}
+    def merged(self) -> dict:
+        """The preset's fields overridden by the given ones (camelCase; possibly incomplete)."""
+        base = dict(PRESETS.get(self.preset or "", {}))
         base.update({k: v for k, v in self.model_dump(by_alias=True, exclude={"preset"}).items() if v is not None})
+        return base
+
+    def resolved(self) -> "ModelArch":
+        base = self.merged()
         missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in base]
         if missing:
             raise ValueError(
                 f"workload.model lacks {', '.join(missing)}: give a preset or every architecture field"
             )
         return ModelArch.model_validate(base | {"name": self.preset or "custom"})
+
+
+def architecture_problems(m: dict) -> list[str]:
+    """Contradictions of a (merged, camelCase) architecture; the CRD's CEL rules on workload.model say
+    the same, for a preset overridden field by field too."""
+    heads = m.get("heads") or 1
+    kv = m.get("kvHeads") or heads
+    layers, dense = m.get("layers") or 1, m.get("denseLayers") or 0
+    experts, active = m.get("experts") or 0, m.get("activeExperts") or 0
+    out = []
+    if kv > heads or heads % kv:
+        out.append(f"spec.workload.model.kvHeads ({kv}) must not exceed spec.workload.model.heads ({heads}) and must "
+                   "divide it (each KV head serves heads/kvHeads query heads): fix kvHeads or heads")
+    if dense > layers or (experts > 0 and dense >= layers):
+        out.append(f"spec.workload.model.denseLayers ({dense}) must be fewer than spec.workload.model.layers "
+                   f"({layers}) (an MoE model needs at least one MoE layer): lower denseLayers")
+    if active > experts:
+        out.append(f"spec.workload.model.activeExperts ({active}) must not exceed spec.workload.model.experts "
+                   f"({experts}): lower activeExperts (top-k), or set it to 0 for a dense model")
+    if experts > 0 and (active < 1 or not m.get("expertFfn")):
+        out.append("an MoE model (spec.workload.model.experts > 0) needs spec.workload.model.activeExperts >= 1 "
+                   "and spec.workload.model.expertFfn >= 1: give them, or set experts to 0 for a dense model")
+    return out
 
 
 class ModelArch(CamelModel):
@@ -184,10 +275,21 @@ class TaskSpec(CamelModel):
     )
     sandboxes: Optional[int] = Field(None, ge=1, description="Agentic coding: concurrent sandboxes available.")
 
+    @model_validator(mode="after")
+    def _mean_below_max(self) -> "TaskSpec":
+        if self.mean_response_tokens is not None and self.mean_response_tokens > self.max_response_tokens:
+            raise ValueError(
+                f"spec.workload.task.meanResponseTokens ({self.mean_response_tokens}) must not exceed "
+                f"spec.workload.task.maxResponseTokens ({self.max_response_tokens}): "
+                "lower the mean or raise the maximum"
+            )
+        return self
+
 
 class EnvVar(CamelModel):
-    name: str = Field(description="Environment variable name.")
-    value: str = Field("", description="Environment variable value.")
+    name: str = Field(min_length=1, max_length=ENV_NAME_MAX,
+                      description="Environment variable name: printable ASCII characters except '='.")
+    value: str = Field("", max_length=ENV_VALUE_MAX, description="Environment variable value.")
 
 
 class Workload(CamelModel):
@@ -196,16 +298,29 @@ class Workload(CamelModel):
         description="RL framework the trials run: reference = rltune's own GRPO loop (vLLM + torch), "
         "twin = the digital twin (simulated GPU cluster), verl/openrlhf = the user's framework via adapters.",
     )
-    image: str = Field("ghcr.io/rltune/trial:0.1.0", description="Container image of the trial workload.")
-    command: Optional[list[str]] = Field(None, description="Container command; default: the image's entry point.")
-    args: Optional[list[str]] = Field(None, description="Container args, before the rendered knobs.")
-    env: Optional[list[EnvVar]] = Field(None, description="Extra environment variables for trial pods.")
+    image: str = Field("ghcr.io/rltune/trial:0.1.0", min_length=1, max_length=IMAGE_MAX,
+                       description="Container image of the trial workload.")
+    command: Optional[list[Arg]] = Field(None, max_length=COMMAND_MAX_ITEMS,
+                                         description="Container command; default: the image's entry point.")
+    args: Optional[list[Arg]] = Field(None, max_length=ARGS_MAX_ITEMS,
+                                      description="Container args, before the rendered knobs.")
+    env: Optional[list[EnvVar]] = Field(None, max_length=ENV_MAX_ITEMS,
+                                        description="Extra environment variables for trial pods.")
     model: ModelSpec = Field(description="The policy model's architecture.")
     task: TaskSpec = Field(default_factory=TaskSpec, description="The RL task and batch shape (never tuned).")
     scenario: Optional[dict[str, Any]] = Field(
-        None,
+        None, max_length=SCENARIO_MAX_KEYS,
         description="Twin only: overrides of the simulated cluster's hidden efficiency factors and noise.",
     )
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, v: Optional[list[EnvVar]]) -> Optional[list[EnvVar]]:
+        for i, e in enumerate(v or []):
+            if not re.fullmatch(ENV_NAME_PATTERN, e.name):
+                raise ValueError(f"spec.workload.env[{i}].name: {e.name[:80]!r} is not an environment variable name: "
+                                 "use printable ASCII characters other than '=' (the value goes in value)")
+        return v
 
 
 class Resources(CamelModel):
@@ -214,8 +329,8 @@ class Resources(CamelModel):
     )
     gpu_budget: int = Field(ge=1, le=4096, description="Most GPUs one configuration (and all running trials together) may use.")
     gpus_per_node: int = Field(8, ge=1, le=72, description="GPUs per node in the pool.")
-    node_selector: Optional[dict[str, str]] = Field(
-        None,
+    node_selector: Optional[dict[str, LabelValue]] = Field(
+        None, max_length=NODE_SELECTOR_MAX,
         description="Node-pool selector of trial pods (e.g. a cloud's node-pool label); default: the operator's "
         "gpuPool.nodeSelector.",
     )
@@ -225,14 +340,63 @@ class Resources(CamelModel):
         "strings. Set false on clusters whose GPU nodes carry no GFD labels (the nodeSelector then picks the pool).",
     )
     tolerations: Optional[list[dict[str, Any]]] = Field(
-        None, description="Extra tolerations for trial pods (added to the operator's gpuPool.tolerations)."
+        None, max_length=TOLERATIONS_MAX,
+        description="Extra tolerations for trial pods (added to the operator's gpuPool.tolerations).",
     )
     pod_template: Optional[dict[str, Any]] = Field(
-        None,
+        None, max_length=POD_TEMPLATE_MAX_FIELDS,
         description="PodSpec fields merged into every trial pod like a strategic merge patch (containers, env, "
         "volumes, volumeMounts merged by name/mountPath; e.g. volumes, priorityClassName). Bounded by the operator's "
         "podSecurity settings.",
     )
+
+    @field_validator("node_selector")
+    @classmethod
+    def _label_keys(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        for key, value in (v or {}).items():
+            why = label_key_problem(key)
+            if why:
+                raise ValueError(f"spec.resources.nodeSelector: {why}")
+            if not re.fullmatch(LABEL_VALUE_PATTERN, value):
+                raise ValueError(f"spec.resources.nodeSelector[{key!r}]: {value[:80]!r} is not a label value: at most "
+                                 "63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric")
+        return v
+
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations(cls, v: Optional[list[dict[str, Any]]]) -> Optional[list[dict[str, Any]]]:
+        for i, t in enumerate(v or []):
+            for problem in toleration_problems(t):
+                raise ValueError(f"spec.resources.tolerations[{i}]{problem}")
+        return v
+
+
+def toleration_problems(t: Any) -> list[str]:
+    """What the API server would refuse in one toleration, each as '<.field>: what is wrong + the fix'."""
+    if not isinstance(t, dict):
+        return [": a toleration is a map of key, operator, value, effect and tolerationSeconds"]
+    out = []
+    unknown = sorted(set(t) - set(TOLERATION_KEYS))
+    if unknown:
+        out.append(f": unknown field(s) {unknown}: a toleration has only {', '.join(TOLERATION_KEYS)}")
+    op, effect = t.get("operator", "Equal"), t.get("effect", "")
+    if op not in TOLERATION_OPERATORS:
+        out.append(f".operator: {op!r} is not an operator: use Exists or Equal")
+    if effect not in TOLERATION_EFFECTS + ("",):
+        out.append(f".effect: {effect!r} is not an effect: use {', '.join(TOLERATION_EFFECTS)} (or omit it for all)")
+    for f in ("key", "value"):
+        if f in t and not isinstance(t[f], str):
+            out.append(f".{f}: must be a string")
+    if op == "Exists" and t.get("value"):
+        out.append(".value: must be empty when operator is Exists")
+    if not t.get("key") and op != "Exists":
+        out.append(".operator: an empty key needs operator Exists (it then tolerates every taint)")
+    secs = t.get("tolerationSeconds")
+    if secs is not None and (not isinstance(secs, int) or isinstance(secs, bool)):
+        out.append(".tolerationSeconds: must be an integer number of seconds")
+    elif secs is not None and effect != "NoExecute":
+        out.append(".tolerationSeconds: only applies to effect NoExecute")
+    return out
 
 
 # --------------------------------------------------------------------------- knobs
@@ -264,6 +428,17 @@ class RolloutKnobs(CamelModel):
     )
     cuda_graphs: bool = Field(True, description="Capture CUDA graphs for decode (false = enforce_eager).")
     fp8: bool = Field(False, description="Serve rollouts with FP8 weights (faster, larger log-prob mismatch).")
+
+    @field_validator("gpu_memory_utilization", mode="before")
+    @classmethod
+    def _fraction(cls, v: Any) -> Any:
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 1:
+            raise ValueError(FRACTION_MESSAGE)
+        return v
+
+
+FRACTION_MESSAGE = ("rollout.gpuMemoryUtilization is a fraction of GPU memory, e.g. 0.8 for 80%, not a percent: "
+                    "use a value from 0.05 to 0.98")
 
 
 class AsyncKnobs(CamelModel):
@@ -349,7 +524,7 @@ def knob_paths() -> list[str]:
 
 
 class SearchSpace(CamelModel):
-    knobs: Optional[dict[str, list[Any]]] = Field(
+    knobs: Optional[dict[str, KnobValues]] = Field(
         None,
         description="Knob path (e.g. rollout.maxNumSeqs) -> candidate values. Unlisted knobs use the catalog's "
         "default range; an empty list pins the knob to the baseline.",
@@ -397,9 +572,30 @@ class Budget(CamelModel):
 
 
 class MetricsSource(CamelModel):
-    prometheus_url: Optional[str] = Field(None, description="Prometheus HTTP API base URL; default: the operator's setting.")
-    pushgateway_url: Optional[str] = Field(None, description="Pushgateway trials push to; default: the operator's setting.")
-    names: Optional[dict[str, str]] = Field(None, description="Overrides of rltune metric names (contract name -> actual).")
+    prometheus_url: Optional[str] = Field(None, max_length=URL_MAX,
+                                          description="Prometheus HTTP API base URL; default: the operator's setting.")
+    pushgateway_url: Optional[str] = Field(None, max_length=URL_MAX,
+                                           description="Pushgateway trials push to; default: the operator's setting.")
+    names: Optional[dict[str, MetricName]] = Field(
+        None, max_length=len(METRIC_CONTRACTS),
+        description="Overrides of rltune metric names (contract name, e.g. step_duration_seconds -> actual name).")
+
+    @field_validator("prometheus_url", "pushgateway_url")
+    @classmethod
+    def _http(cls, v: Optional[str], info) -> Optional[str]:
+        why = None if v is None else url_problem(v)
+        if why:
+            raise ValueError(f"spec.metrics.{to_camel(info.field_name)}: {why}")
+        return v
+
+    @field_validator("names")
+    @classmethod
+    def _contracts(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        unknown = sorted(set(v or {}) - set(METRIC_CONTRACTS))
+        if unknown:
+            raise ValueError(f"spec.metrics.names: unknown contract name(s) {unknown}: "
+                             f"use {', '.join(METRIC_CONTRACTS)}")
+        return v
 
 
 class RLTuningJobSpec(CamelModel):
@@ -428,6 +624,18 @@ class RLTuningJobSpec(CamelModel):
                 "raise the budget or lower baseline.gpus"
             )
         self.workload.model.resolved()  # names the missing field if the architecture is incomplete
+        budget = self.resources.gpu_budget
+        if self.search_space.min_gpus is not None and self.search_space.min_gpus > budget:
+            raise ValueError(f"spec.searchSpace.minGpus ({self.search_space.min_gpus}) must not exceed "
+                             f"spec.resources.gpuBudget ({budget}): lower minGpus or raise the budget")
+        for knob, limit, rel in (("gpus", budget, "at most"), ("trainerGpus", budget - 1, "fewer than")):
+            over = [g for g in (self.search_space.knobs or {}).get(knob, [])
+                    if isinstance(g, int) and not isinstance(g, bool) and g > limit]
+            if over:
+                raise ValueError(
+                    f"spec.searchSpace.knobs.{knob}: {over} must be {rel} spec.resources.gpuBudget ({budget}): "
+                    "raise the budget or remove those GPU counts"
+                )
         return self
 
 
