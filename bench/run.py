@@ -31,6 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
+from rltune.api.status import TrialState  # noqa: E402
+from rltune.tuner.records import failure_cause  # noqa: E402
 from rltune.tuner import Tuner, baseline_record, summarize  # noqa: E402
 from rltune.tuner.search import ROLLOUT_KNOBS, TRAINER_KNOBS, Space, flat_key  # noqa: E402
 from rltune import twin  # noqa: E402
@@ -186,7 +188,7 @@ def run_rltune(rn: Runner, base, budget: int, seed: int) -> dict:
         rec = tuner.record_for(f"t{len(hist) + 1}", props[0])
         s, err = rn.run(rec.config, rec.id, seed * 1000 + len(hist) + 1)
         if s is None:
-            rec.state, rec.reason = "failed", err
+            rec.state, rec.reason, rec.cause = TrialState.FAILED, err, failure_cause(err)
         else:
             rec = tuner.judge(rec, s)
         hist.append(rec)
@@ -260,12 +262,12 @@ def run_baseline_search(rn: Runner, base, budget: int, seed: int, method: str, j
         rec = judge_tuner.record_for(f"{method}{len(hist) + 1}", _FakeProp(cfg))
         s, err = rn.run(cfg, rec.id, seed * 1000 + 500 + len(hist))
         if s is None:
-            rec.state, rec.reason = "failed", err
+            rec.state, rec.reason, rec.cause = TrialState.FAILED, err, failure_cause(err)
         else:
             rec = judge_tuner.judge(rec, s)
         hist.append(rec)
         if method == "tpe":
-            val = rec.objective if rec.state == "succeeded" else penalty
+            val = rec.objective if rec.state == TrialState.SUCCEEDED else penalty
             study.tell(tr, val)
     return {"history": hist}
 
@@ -281,7 +283,7 @@ class _FakeProp:
 
 def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float]:
     """(true objective, GPU-hours) of a method's pick after its first k trials."""
-    ok = [r for r in hist[:k] if r.state == "succeeded" and r.objective is not None]
+    ok = [r for r in hist[:k] if r.state == TrialState.SUCCEEDED and r.objective is not None]
     gpu_h = sum(r.summary.step_time_mean * r.gpus * r.summary.total_steps for r in hist[:k]
                 if r.summary is not None and r.summary.steps) / 3600
     if not ok:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Optional
 
 from .api.models import RLTuningJobSpec
+from .api.status import TrialState
 
 
 def load_job(path: str) -> tuple[str, str, RLTuningJobSpec]:
@@ -102,7 +103,7 @@ def cmd_plan(args) -> int:
 
 def _record_row(r, base_obj, changes: dict) -> list[str]:
     meas = r.summary.step_time_mean if r.summary and r.summary.steps else None
-    sp = f"{base_obj / r.objective:.2f}x" if (r.objective and base_obj and r.state == "succeeded") else "-"
+    sp = f"{base_obj / r.objective:.2f}x" if (r.objective and base_obj and r.state == TrialState.SUCCEEDED) else "-"
     return [r.id, r.state, f"{r.predicted:.1f}" if r.predicted else "-", f"{meas:.1f}" if meas else "-", sp,
             str(r.gpus), _fmt_changes(changes, 50), (r.reason or "")[:60]]
 
@@ -110,7 +111,7 @@ def _record_row(r, base_obj, changes: dict) -> list[str]:
 def cmd_tune(args) -> int:
     from .backends.local import LocalBackend
     from .tuner import loop
-    from .tuner.core import _changes
+    from .tuner.records import config_changes
 
     ns, name, spec = load_job(args.job)
     if not args.local:
@@ -132,33 +133,33 @@ def cmd_tune(args) -> int:
                 return 2
     mode = "real" if args.real else ("real" if spec.workload.framework == "reference" else "twin")
     backend = LocalBackend(mode=mode)
-    base_flat = spec.baseline.flat()
     t0 = time.monotonic()
     state = {"base_obj": None}
 
     def on_event(e: loop.Event) -> None:
         el = f"[{time.monotonic() - t0:6.1f}s]"
-        r = e.record
-        if e.kind == "baseline-started":
-            print(f"{el} baseline started ({mode} mode, {spec.budget.steps_per_trial} steps)", flush=True)
-        elif e.kind == "baseline-done":
-            state["base_obj"] = r.objective
-            st = f"{r.summary.step_time_mean:.1f} s/step" if r.summary and r.summary.steps else r.reason
-            print(f"{el} baseline {r.state}: {st}", flush=True)
-            if e.message:
-                print(f"{el}   profile: {e.message}", flush=True)
-        elif e.kind == "trial-started":
-            ch = _changes(base_flat, r.config.flat(), spec.resources.gpu_budget)
-            print(f"{el} {r.id} started on {r.gpus} GPUs: {_fmt_changes(ch)} (predicted {r.predicted:.1f}"
-                  f"±{r.predicted_std:.0f} s; {r.bottleneck})", flush=True)
-        elif e.kind in ("trial-done", "early-stopped"):
+        ev, r = e.event, e.record
+        if ev.reason == "TrialStarted" and r is not None:
+            if r.id == "baseline":
+                print(f"{el} baseline started ({mode} mode, {spec.budget.steps_per_trial} steps)", flush=True)
+            else:
+                ch = config_changes(spec.baseline, r.config, spec.resources.gpu_budget)
+                pred = f" (predicted {r.predicted:.1f}±{r.predicted_std or 0:.0f} s)" if r.predicted else ""
+                print(f"{el} {r.id} started on {r.gpus} GPUs: {_fmt_changes(ch)}{pred}", flush=True)
+        elif ev.reason.startswith("Trial") and r is not None:
             meas = f"{r.summary.step_time_mean:.1f} s/step" if r.summary and r.summary.steps else "-"
+            if r.id == "baseline":
+                state["base_obj"] = r.objective
+                print(f"{el} baseline {r.state}: {meas if r.summary and r.summary.steps else r.reason}", flush=True)
+                return
             sp = ""
-            if r.state == "succeeded" and r.objective and state["base_obj"]:
+            if r.state == TrialState.SUCCEEDED and r.objective and state["base_obj"]:
                 sp = f", {state['base_obj'] / r.objective:.2f}x"
-            print(f"{el} {r.id} {r.state}: {meas}{sp} — {r.reason[:120]}", flush=True)
-        elif e.kind == "done":
-            print(f"{el} done: {e.message}", flush=True)
+            print(f"{el} {r.id} {r.state}: {meas}{sp} — {(r.reason or '')[:120]}", flush=True)
+        elif ev.reason == "Profiled":
+            print(f"{el}   profile: {ev.message}", flush=True)
+        else:
+            print(f"{el} {ev.reason}: {ev.message}", flush=True)
 
     try:
         res = loop.run(spec, backend, on_event, job=name, namespace=ns, poll_s=0.2)
@@ -167,7 +168,7 @@ def cmd_tune(args) -> int:
     base_obj = res.baseline.objective
     rows = []
     for r in [res.baseline] + res.trials:
-        rows.append(_record_row(r, base_obj, _changes(base_flat, r.config.flat(), spec.resources.gpu_budget)))
+        rows.append(_record_row(r, base_obj, config_changes(spec.baseline, r.config, spec.resources.gpu_budget)))
     print()
     print(_table(rows, ["trial", "state", "pred s", "meas s", "speed-up", "GPUs", "changes", "reason"]))
     best = res.best
@@ -175,7 +176,7 @@ def cmd_tune(args) -> int:
         sp = base_obj / best.objective
         print(f"\nwinner: {best.id} — {best.summary.step_time_mean:.1f} s/step on {best.gpus} GPUs, "
               f"{sp:.2f}x the baseline ({res.baseline.summary.step_time_mean:.1f} s/step)")
-        ch = _changes(base_flat, best.config.flat(), spec.resources.gpu_budget)
+        ch = config_changes(spec.baseline, best.config, spec.resources.gpu_budget)
         for k, (a, b) in ch.items():
             print(f"  {k}: {_v(a)} -> {_v(b)}")
     if res.forecast_error is not None:
@@ -189,7 +190,7 @@ def cmd_tune(args) -> int:
 
         render(result, args.report)
         print(f"report: {args.report}")
-    return 0 if res.baseline.state == "succeeded" else 1
+    return 0 if res.baseline.state == TrialState.SUCCEEDED else 1
 
 
 def results_dict(ns, name, spec, res, mode) -> dict:

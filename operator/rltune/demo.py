@@ -184,17 +184,12 @@ def ensure_namespace(env: dict, ns: str) -> None:
 
 def changed_knobs(job: dict) -> list[tuple[str, object, object]]:
     from .api.models import RLTuningJobSpec
+    from .tuner.records import config_changes, config_from_diff
 
     spec = RLTuningJobSpec.model_validate(job["spec"])
-    base = spec.baseline.flat()
     best = (job.get("status") or {}).get("best") or {}
-    out = []
-    for k, v in sorted((best.get("config") or {}).items()):
-        b = base.get(k)
-        if k == "gpus" and b is None:
-            b = spec.resources.gpu_budget
-        out.append((k, b, v))
-    return out
+    winner = config_from_diff(spec.baseline, best.get("config") or {})
+    return [(k, a, b) for k, (a, b) in sorted(config_changes(spec.baseline, winner, spec.resources.gpu_budget).items())]
 
 
 def main(argv: Optional[list[str]] = None) -> int:

@@ -13,12 +13,12 @@ from typing import Optional
 PHASE_ORDER = ("generation", "old_logprob", "ref_logprob", "training", "weight_sync")
 
 
-def _changes(base: dict, cfg: dict) -> dict:
-    from .api.models import RLConfig
+def _changes(result: dict, cfg: dict) -> dict:
+    from .api.models import RLConfig, RLTuningJobSpec
+    from .tuner.records import config_changes
 
-    b = RLConfig.model_validate(base).flat()
-    c = RLConfig.model_validate(cfg).flat()
-    return {k: (b.get(k), v) for k, v in c.items() if b.get(k) != v and k != "cpu"}
+    spec = RLTuningJobSpec.model_validate(result["spec"])
+    return config_changes(spec.baseline, RLConfig.model_validate(cfg), spec.resources.gpu_budget)
 
 
 def _save(plt, fig, path: Path, title: str) -> tuple[str, str]:
@@ -67,7 +67,7 @@ def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
            if t.get("predicted") and t.get("summary") and t["summary"].get("steps")]
     if pts:
         fig, ax = plt.subplots(figsize=(4.5, 4.5))
-        for state, c in (("succeeded", "#55A868"), ("rejected", "#C44E52"), ("cancelled", "#999999"), ("stopped", "#999999")):
+        for state, c in (("Succeeded", "#55A868"), ("Rejected", "#C44E52"), ("Stopped", "#999999")):
             xs = [p[0] for p in pts if p[2] == state]
             ys = [p[1] for p in pts if p[2] == state]
             if xs:
@@ -86,7 +86,7 @@ def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
         states = {t["id"]: t["state"] for t in trials}
         states[base["id"]] = base["state"]
         fig, ax = plt.subplots(figsize=(7, 0.8 + 0.3 * len(tl)))
-        cmap = {"succeeded": "#55A868", "rejected": "#C44E52", "failed": "#8C1C13", "cancelled": "#999999"}
+        cmap = {"Succeeded": "#55A868", "Rejected": "#C44E52", "Failed": "#8C1C13", "Stopped": "#999999"}
         for i, (tid, a, b) in enumerate(tl):
             ax.barh(i, max(b - a, 0.01), left=a, color=cmap.get(states.get(tid, ""), "#4C72B0"))
         ax.set_yticks(range(len(tl)), [t[0] for t in tl])
@@ -104,8 +104,8 @@ def _rows(result: dict) -> list[list[str]]:
     for t in [base] + result["trials"]:
         s = t.get("summary") or {}
         meas = s.get("stepTimeMean") if s.get("steps") else None
-        sp = f"{bobj / t['objective']:.2f}x" if (t.get("objective") and bobj and t["state"] == "succeeded") else "-"
-        ch = _changes(base["config"], t["config"]) if t is not base else {}
+        sp = f"{bobj / t['objective']:.2f}x" if (t.get("objective") and bobj and t["state"] == "Succeeded") else "-"
+        ch = _changes(result, t["config"]) if t is not base else {}
         chs = ", ".join(f"{k}={v[1]}" for k, v in ch.items()) or "(baseline)"
         rows.append([t["id"], t["state"], f"{t['predicted']:.1f}" if t.get("predicted") else "-",
                      f"{meas:.1f}" if meas else "-", sp, str(t.get("gpus", "")), chs, (t.get("reason") or "")[:120]])
@@ -122,7 +122,7 @@ def result_from_job(job: dict) -> dict:
 
     from .api.models import RLTuningJobSpec
     from .api.status import RLTuningJobStatus
-    from .controller.tunerport import config_from_diff, unflatten_summary
+    from .tuner.records import config_from_diff, unflatten_summary
 
     md = job["metadata"]
     spec = RLTuningJobSpec.model_validate(job.get("spec") or {})
@@ -133,9 +133,10 @@ def result_from_job(job: dict) -> dict:
 
     def rec(t) -> dict:
         summary = unflatten_summary(t.summary).dump() if t.summary else None
-        return {"id": t.id, "state": t.state.lower(), "config": config_from_diff(spec.baseline, t.config).dump(),
+        return {"id": t.id, "state": str(t.state), "config": config_from_diff(spec.baseline, t.config).dump(),
                 "gpus": t.gpus, "predicted": t.predicted_seconds, "objective": t.objective,
-                "summary": summary, "reason": t.reason, "gates": t.gates}
+                "summary": summary, "reason": t.reason,
+                "gates": {name: {"passed": ok, "detail": ""} for name, ok in (t.gates or {}).items()}}
 
     base = next((t for t in st.trials if t.kind == "baseline"), None)
     if base is None:
@@ -173,12 +174,13 @@ def render(result: dict, path: str) -> None:
     if best and base.get("objective"):
         lines_summary.append(f"Winner {best['id']}: {best['summary']['stepTimeMean']:.1f} s/step on {best['gpus']} GPUs, "
                              f"{base['objective'] / best['objective']:.2f}x the baseline.")
-        for k, (a, b) in _changes(base["config"], best["config"]).items():
+        for k, (a, b) in _changes(result, best["config"]).items():
             lines_summary.append(f"  {k}: {a} -> {b}")
         if best.get("gates"):
             lines_summary.append("Quality gates of the winner:")
             for gate, verdict in best["gates"].items():
-                lines_summary.append(f"  {gate}: {verdict}")
+                lines_summary.append(f"  {gate}: {'pass' if verdict['passed'] else 'fail'}"
+                                     + (f": {verdict['detail']}" if verdict.get("detail") else ""))
     if result.get("forecastError") is not None:
         lines_summary.append(f"Forecaster median |error| on trials: {result['forecastError']:.1%}.")
     rows = _rows(result)

@@ -14,9 +14,9 @@ import yaml
 from rltune.api.models import RLConfig, RLTuningJobSpec
 from rltune.controller import pods as P
 from rltune.controller import prom
-from rltune.controller import tunerport as tp
+from rltune.tuner import records as tp
 from rltune.controller.reconcile import InvalidSpec, validate_spec
-from rltune.controller.render import render_overrides
+from rltune.adapters.render import render_overrides
 from rltune.tuner.summary import TrialSummary
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "twin-demo.yaml"

@@ -1,5 +1,6 @@
 """Search: validity, de-duplication, the GPU budget, staleness limit, frozen knobs, TaskSpec untouched."""
 
+from rltune.api.status import FailureCause, TrialState
 from rltune.api.models import TaskSpec
 from rltune.tuner import Tuner, TrialRecord, baseline_record, summarize
 from rltune.tuner.search import Space
@@ -38,7 +39,8 @@ def test_failed_configuration_is_never_proposed_twice():
     base = _base(spec)
     t = Tuner(spec, base, [])
     p = t.propose(1, 32)[0]
-    failed = t.record_for("t1", p).model_copy(update={"state": "failed", "reason": "CUDA out of memory: trainer"})
+    failed = t.record_for("t1", p).model_copy(update={"state": TrialState.FAILED, "reason": "CUDA out of memory: trainer",
+                                                        "cause": FailureCause.OUT_OF_MEMORY})
     t2 = Tuner(spec, base, [failed])
     keys = {x.config.key() for x in t2.propose(8, 32)}
     assert p.config.key() not in keys

@@ -3,6 +3,7 @@
 import json
 import math
 
+from rltune.api.status import FailureCause, TrialState
 from rltune.api.metrics import StepRecord
 from rltune.tuner import Tuner, TrialRecord, baseline_record, profile, summarize
 
@@ -88,7 +89,8 @@ def test_forecast_error_counts_only_forecast_and_scored_trials():
     base, hist = _loop(spec, _truth, n=3)
     t = Tuner(spec, base, hist)
     p = t.propose(1, 32)[0]
-    failed = t.record_for("x1", p).model_copy(update={"state": "failed", "reason": "OOMKilled"})
+    failed = t.record_for("x1", p).model_copy(update={"state": TrialState.FAILED, "reason": "OOMKilled",
+                                                         "cause": FailureCause.OUT_OF_MEMORY})
     pending = t.record_for("x2", p)  # forecast, not yet measured
     assert failed.predicted and pending.predicted
     t2 = Tuner(spec, base, hist + [failed, pending])
@@ -108,7 +110,8 @@ def test_done_after_too_many_failures():
     spec = job(budget={"maxTrials": 8, "parallelTrials": 1, "stepsPerTrial": 4, "maxFailedTrials": 2})
     base = baseline_record(spec, summarize(steps(_truth(spec.baseline))))
     t = Tuner(spec, base, [])
-    fails = [t.record_for(f"t{i}", p).model_copy(update={"state": "failed", "reason": "boom"})
+    fails = [t.record_for(f"t{i}", p).model_copy(update={"state": TrialState.FAILED, "reason": "boom",
+                                                                 "cause": FailureCause.CRASHED})
              for i, p in enumerate(t.propose(2, 64))]
     done, why = Tuner(spec, base, fails).done()
     assert done and "failed" in why
@@ -125,11 +128,11 @@ def test_early_stop_only_when_clearly_losing():
     assert not t.early_stop(slow[:1])  # warm-up only: nothing measured yet
 
 
-def test_operator_state_names_are_accepted():
+def test_an_early_stopped_trial_is_not_proposed_again():
     spec = job()
     base = baseline_record(spec, summarize(steps(_truth(spec.baseline))))
     p = Tuner(spec, base, []).propose(1, 32)[0]
-    r = TrialRecord(id="t1", config=p.config, state="stopped", summary=summarize(steps(_truth(p.config))))
+    r = TrialRecord(id="t1", config=p.config, state=TrialState.STOPPED, summary=summarize(steps(_truth(p.config))))
     t = Tuner(spec, base, [r])
     assert p.config.key() not in {x.config.key() for x in t.propose(4, 32)}
     assert p.predicted_std == p.std

@@ -12,22 +12,75 @@ checks the size at 200 trials).
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal, Optional
 
 from pydantic import Field
 
 from .models import CamelModel
 
-PHASES = ("Pending", "Validating", "Profiling", "Searching", "Confirming", "Succeeded", "Failed")
-Phase = Literal["Pending", "Validating", "Profiling", "Searching", "Confirming", "Succeeded", "Failed"]
 
-# Trial states. Active: Pending (recorded, pods being created), Running (pods seen), Scoring (rank 0
-# finished, waiting for its metrics). Terminal: the rest.
-TrialState = Literal[
-    "Pending", "Running", "Scoring",
-    "Succeeded", "Rejected", "Failed", "Unschedulable", "MetricsUnavailable", "TimedOut", "Stopped",
-]
-ACTIVE_STATES = ("Pending", "Running", "Scoring")
+class Phase(StrEnum):
+    """Where a tuning job is. The one vocabulary of the status, the lifecycle and the local loop."""
+
+    PENDING = "Pending"
+    VALIDATING = "Validating"
+    PROFILING = "Profiling"
+    SEARCHING = "Searching"
+    CONFIRMING = "Confirming"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED)
+
+
+class TrialState(StrEnum):
+    """Where a trial is. Active: Pending (recorded, pods being created), Running (pods placed),
+    Scoring (rank 0 finished, waiting for its metrics). Terminal: the rest."""
+
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SCORING = "Scoring"
+    SUCCEEDED = "Succeeded"
+    REJECTED = "Rejected"  # measured, but failed a quality gate or the constraints
+    FAILED = "Failed"
+    UNSCHEDULABLE = "Unschedulable"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    TIMED_OUT = "TimedOut"
+    STOPPED = "Stopped"  # early-stopped or torn down by the job
+
+    @property
+    def is_active(self) -> bool:
+        return self in (TrialState.PENDING, TrialState.RUNNING, TrialState.SCORING)
+
+    @property
+    def is_terminal(self) -> bool:
+        return not self.is_active
+
+    @property
+    def is_failure(self) -> bool:
+        """Counts against budget.maxFailedTrials (a rejected trial measured fine: not a failure)."""
+        return self in (TrialState.FAILED, TrialState.UNSCHEDULABLE, TrialState.METRICS_UNAVAILABLE,
+                        TrialState.TIMED_OUT)
+
+
+class FailureCause(StrEnum):
+    """Why a trial failed, as data (never parsed back out of a message)."""
+
+    OUT_OF_MEMORY = "OutOfMemory"
+    CRASHED = "Crashed"
+    UNSCHEDULABLE = "Unschedulable"
+    NO_MATCHING_NODES = "NoMatchingNodes"
+    POD_REJECTED = "PodRejected"
+    TIMED_OUT = "TimedOut"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    NO_STEADY_STATE = "NoSteadyState"
+
+
+PHASES = tuple(Phase)
+ACTIVE_STATES = tuple(s for s in TrialState if s.is_active)
 
 
 class Condition(CamelModel):
@@ -46,7 +99,7 @@ class Condition(CamelModel):
 class BaselineStatus(CamelModel):
     """What profiling the user's current configuration measured."""
 
-    state: TrialState = Field("Pending", description="State of the baseline trial.")
+    state: TrialState = Field(TrialState.PENDING, description="State of the baseline trial.")
     step_seconds: Optional[float] = Field(None, description="Mean measured seconds per RL step (warm-up excluded).")
     gpu_seconds_per_step: Optional[float] = Field(None, description="GPUs x seconds per step.")
     gpus: Optional[int] = Field(None, description="GPUs the baseline uses.")
@@ -76,8 +129,9 @@ class TrialStatus(CamelModel):
     predicted_std: Optional[float] = Field(None, description="Forecast standard deviation, seconds.")
     measured_seconds: Optional[float] = Field(None, description="Measured mean seconds per step (warm-up excluded).")
     objective: Optional[float] = Field(None, description="Measured objective value (seconds or GPU-seconds per step).")
-    state: TrialState = Field("Pending", description="Pending, Running, Scoring, Succeeded, Rejected, Failed, ...")
+    state: TrialState = Field(TrialState.PENDING, description="Pending, Running, Scoring, Succeeded, Rejected, Failed, ...")
     reason: Optional[str] = Field(None, description="Why the trial ended as it did (failure reason, failed gate).")
+    cause: Optional[FailureCause] = Field(None, description="Why a failed trial failed, as one word.")
     gates: Optional[dict[str, bool]] = Field(None, description="Quality gate name -> passed.")
     summary: Optional[dict[str, float]] = Field(
         None, description="Flat numeric summary of the measured steps (the tuner's TrialSummary)."
@@ -104,7 +158,7 @@ class BestStatus(CamelModel):
 
 class RLTuningJobStatus(CamelModel):
     observed_generation: Optional[int] = Field(None, description="metadata.generation the operator last acted on.")
-    phase: Phase = Field("Pending", description="Pending, Validating, Profiling, Searching, Confirming, Succeeded or Failed.")
+    phase: Phase = Field(Phase.PENDING, description="Pending, Validating, Profiling, Searching, Confirming, Succeeded or Failed.")
     message: Optional[str] = Field(None, description="One line on what the job is doing or how it ended.")
     conditions: list[Condition] = Field(default_factory=list, description="metav1.Conditions of the job.")
     baseline: Optional[BaselineStatus] = Field(None, description="The measured baseline profile.")

@@ -312,20 +312,33 @@ def pod_phase(pod: dict) -> str:
     return (pod.get("status") or {}).get("phase") or "Pending"
 
 
+def _terminated(pod: dict) -> Optional[dict]:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
+        if term:
+            return term
+    return None
+
+
+def exit_code(pod: dict) -> Optional[int]:
+    """The exit code of the pod's terminated container (137: killed for memory), if any."""
+    term = _terminated(pod)
+    return None if term is None else term.get("exitCode")
+
+
 def failure_reason(pod: dict) -> str:
     """One line on why a pod failed: the container's termination message, reason and exit code."""
     st = pod.get("status") or {}
-    for cs in st.get("containerStatuses") or []:
-        term = (cs.get("state") or {}).get("terminated") or (cs.get("lastState") or {}).get("terminated")
-        if term:
-            code = term.get("exitCode")
-            msg = (term.get("message") or "").strip().splitlines()
-            msg = msg[-1] if msg else ""
-            reason = term.get("reason") or ""
-            if code == 137 and not reason:
-                reason = "OOMKilled"
-            parts = [p for p in (reason, f"exit code {code}" if code is not None else "", msg) if p]
-            return ": ".join(parts)[:300]
+    term = _terminated(pod)
+    if term:
+        code = term.get("exitCode")
+        msg = (term.get("message") or "").strip().splitlines()
+        msg = msg[-1] if msg else ""
+        reason = term.get("reason") or ""
+        if code == 137 and not reason:
+            reason = "OOMKilled"
+        parts = [p for p in (reason, f"exit code {code}" if code is not None else "", msg) if p]
+        return ": ".join(parts)[:300]
     return (st.get("message") or st.get("reason") or "pod failed")[:300]
 
 

@@ -9,23 +9,23 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Literal, Optional
+from typing import Optional
 
 import numpy as np
 from pydantic import Field
 
 from ..api.metrics import StepRecord
 from ..api.models import RLConfig, RLTuningJobSpec
+from ..api.status import FailureCause, TrialState
 from . import gates as G
 from . import physics as P
-from .forecast import ALL_FEATS, Forecaster, Prediction, features, is_oom
+from .forecast import ALL_FEATS, Forecaster, Prediction, features
 from .profile import ADDRESSES, Profile, profile
+from .records import config_changes
 from .search import Candidate, Space, candidates, explicit, flat_key
 from .summary import TrialSummary, TunerModel, summarize
 
-TrialState = Literal["pending", "running", "succeeded", "failed", "rejected", "unschedulable", "cancelled",
-                     "stopped"]  # stopped = cancelled (the operator's name for an early-stopped trial)
-TERMINAL = ("succeeded", "failed", "rejected", "unschedulable", "cancelled", "stopped")
+TERMINAL = tuple(s for s in TrialState if s.is_terminal)
 
 MIN_GAIN = 0.005  # stop when the best expected improvement is under 0.5% of the incumbent
 MIN_TRIALS_BEFORE_GAIN_STOP = 3
@@ -41,9 +41,10 @@ class TrialRecord(TunerModel):
     predicted_std: Optional[float] = Field(None, description="Forecast standard deviation, seconds.")
     summary: Optional[TrialSummary] = None
     objective: Optional[float] = Field(None, description="Measured objective (seconds or GPU-seconds per step).")
-    state: TrialState = "pending"
+    state: TrialState = TrialState.PENDING
     reason: str = ""
-    gates: dict[str, str] = Field(default_factory=dict, description="Quality gate -> verdict text.")
+    gates: dict[str, G.GateResult] = Field(default_factory=dict, description="Quality gate -> verdict.")
+    cause: Optional[FailureCause] = Field(None, description="Why a failed trial failed.")
     bottleneck: Optional[str] = Field(None, description="Bottleneck the proposal addressed.")
     rationale: Optional[str] = None
 
@@ -72,27 +73,10 @@ def baseline_record(spec: RLTuningJobSpec, summary: Optional[TrialSummary] = Non
     """The baseline as a TrialRecord; pass the measured summary once the baseline trial ran."""
     cfg = explicit(spec.baseline, spec.resources.gpu_budget, spec.resources.gpus_per_node)
     rec = TrialRecord(id=id, config=cfg, gpus=spec.baseline.gpus or spec.resources.gpu_budget,
-                      state="pending")
+                      state=TrialState.PENDING)
     if summary is not None:
         rec = Tuner(spec, rec, []).judge(rec, summary)
     return rec
-
-
-def _changes(base: dict, k: dict, budget: int) -> dict[str, list]:
-    out = {}
-    for p, v in k.items():
-        if p == "cpu":
-            continue
-        b = base.get(p)
-        if b is None and v is None:
-            continue
-        if p == "gpus":
-            b, v = b or budget, v or budget
-        if p == "trainerGpus" and k.get("placement") == "colocated":
-            continue
-        if b != v:
-            out[p] = [b, v]
-    return out
 
 
 class Tuner:
@@ -107,9 +91,9 @@ class Tuner:
         if baseline.summary is not None and not baseline.summary.failed:
             obs.append((baseline.config, baseline.summary))
         for r in self.history:
-            if r.summary is not None and not r.summary.failed and r.state in ("succeeded", "rejected", "cancelled", "stopped"):
+            if r.summary is not None and not r.summary.failed and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED, TrialState.STOPPED):
                 obs.append((r.config, r.summary))
-        ooms = [(r.config, r.reason) for r in self.history if r.state == "failed" and is_oom(r.reason)]
+        ooms = [(r.config, r.reason) for r in self.history if r.cause == FailureCause.OUT_OF_MEMORY]
         self.forecaster = Forecaster(spec, obs, ooms)
         self.tried = {flat_key(r.config.flat(), self.budget, self.gpn) for r in self.history}
         self.tried.add(flat_key(baseline.config.flat(), self.budget, self.gpn))
@@ -129,10 +113,10 @@ class Tuner:
         """Quality risks learned from rejected trials: knob settings that broke a gate."""
         bans = []
         for r in self.history:
-            if r.state != "rejected":
+            if r.state != TrialState.REJECTED:
                 continue
             k = r.config.flat()
-            bad = G.failed_gates(r.gates, r.reason)
+            bad = G.failed_gates(r.gates)
             st, fp8, part = k["async.staleness"], k["rollout.fp8"], k["async.partialRollout"]
             if ("mismatch" in bad or "nan" in bad) and fp8:
                 bans.append((f"fp8 rollout broke {'/'.join(bad)} in {r.id}", lambda c: c["rollout.fp8"]))
@@ -149,7 +133,7 @@ class Tuner:
         """Prior probability that a configuration passes the quality gates. Knobs that change the
         numerics (FP8 rollout) or the policy lag (staleness, partial rollout) carry a risk until a
         trial with at least that setting has passed; banned settings are excluded elsewhere."""
-        passed = [r.config.flat() for r in [self.baseline] + self.history if r.state == "succeeded"]
+        passed = [r.config.flat() for r in [self.baseline] + self.history if r.state == TrialState.SUCCEEDED]
         p = 1.0
         if k["rollout.fp8"] and not any(c["rollout.fp8"] for c in passed):
             p *= 0.5
@@ -167,7 +151,7 @@ class Tuner:
 
     def incumbent(self) -> Optional[float]:
         vals = [r.objective for r in [self.baseline] + self.history
-                if r.state == "succeeded" and r.objective is not None]
+                if r.state == TrialState.SUCCEEDED and r.objective is not None]
         return min(vals) if vals else None
 
     def _base_pred(self) -> Prediction:
@@ -214,8 +198,9 @@ class Tuner:
     def _proposal(self, c: Candidate, acq: float) -> Proposal:
         bp = self._base_pred()
         bneck, why = self._addresses(c.k, c.phases, bp.phases if bp.feasible else {})
-        ch = _changes(self.baseline.config.flat(), c.k, self.budget)
-        return Proposal(config=self.space.config(c.k), gpus=c.gpus, predicted=c.step, std=c.std,
+        config = self.space.config(c.k)
+        ch = {k: list(v) for k, v in config_changes(self.baseline.config, config, self.budget).items()}
+        return Proposal(config=config, gpus=c.gpus, predicted=c.step, std=c.std,
                         predicted_objective=c.objective, changes=ch, bottleneck=bneck, rationale=why,
                         acquisition=acq)
 
@@ -271,20 +256,20 @@ class Tuner:
         if rec.gpus == 0:
             rec.gpus = rec.config.gpus or self.budget
         if summary.failed or summary.steps == 0:
-            rec.state, rec.objective = "failed", None
+            rec.state, rec.objective = TrialState.FAILED, None
             rec.reason = rec.reason or "no steady-state step was measured"
             return rec
         rec.objective = self.objective_of(summary.step_time_mean, rec.gpus)
         if G.passed(rec.gates):
-            rec.state = "succeeded"
+            rec.state = TrialState.SUCCEEDED
             if not rec.reason:
                 b = self.baseline.objective
                 rec.reason = (f"{summary.step_time_mean:.1f} s/step" +
                               (f", {b / rec.objective:.2f}x baseline" if b and not is_base else ""))
         else:
-            rec.state = "rejected"
+            rec.state = TrialState.REJECTED
             bad = G.failed_gates(rec.gates)
-            rec.reason = "quality gate failed: " + "; ".join(rec.gates[g] for g in bad)
+            rec.reason = "quality gate failed: " + "; ".join(str(rec.gates[g]) for g in bad)
         return rec
 
     def early_stop(self, partial_steps: list[StepRecord], gpus: Optional[int] = None) -> bool:
@@ -307,14 +292,14 @@ class Tuner:
     def done(self) -> tuple[bool, str]:
         trials = [r for r in self.history if r.id != self.baseline.id]
         finished = [r for r in trials if r.state in TERMINAL]
-        failed = [r for r in trials if r.state in ("failed", "unschedulable")]
-        if self.baseline.state in ("failed", "unschedulable", "rejected"):
+        failed = [r for r in trials if r.state.is_failure]
+        if self.baseline.state in (TrialState.FAILED, TrialState.UNSCHEDULABLE, TrialState.REJECTED):
             return True, f"baseline {self.baseline.state}: {self.baseline.reason}"
         if len(failed) >= self.spec.budget.max_failed_trials:
             return True, f"{len(failed)} trials failed (budget.maxFailedTrials {self.spec.budget.max_failed_trials})"
         if len(trials) >= self.spec.budget.max_trials:
             return True, f"trial budget spent ({len(trials)}/{self.spec.budget.max_trials})"
-        running = [r for r in trials if r.state in ("pending", "running")]
+        running = [r for r in trials if r.state.is_active]
         if running:
             return False, f"{len(running)} trials running"
         cands = candidates(self.space, self.forecaster, exclude=self._excluded)
@@ -333,7 +318,7 @@ class Tuner:
 
     def best(self) -> Optional[TrialRecord]:
         """The succeeded record with the lowest objective (the baseline if nothing beat it)."""
-        ok = [r for r in [self.baseline] + self.history if r.state == "succeeded" and r.objective is not None]
+        ok = [r for r in [self.baseline] + self.history if r.state == TrialState.SUCCEEDED and r.objective is not None]
         return min(ok, key=lambda r: r.objective) if ok else None
 
     def speedup(self, rec: TrialRecord) -> Optional[float]:
@@ -346,7 +331,7 @@ class Tuner:
         the baseline, which calibrates the forecaster)."""
         return [r for r in self.history
                 if r.id != self.baseline.id and r.predicted and r.summary is not None and not r.summary.failed
-                and r.summary.steps > 0 and r.state in ("succeeded", "rejected")]
+                and r.summary.steps > 0 and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED)]
 
     def forecast_error(self) -> Optional[float]:
         """Median |predicted - measured| / measured step time over forecast_trials()."""
@@ -356,7 +341,7 @@ class Tuner:
     def record_for(self, trial_id: str, p: Proposal) -> TrialRecord:
         """A pending TrialRecord for a proposal."""
         return TrialRecord(id=trial_id, config=p.config, gpus=p.gpus, predicted=p.predicted, predicted_std=p.std,
-                           state="pending", bottleneck=p.bottleneck, rationale=p.rationale)
+                           state=TrialState.PENDING, bottleneck=p.bottleneck, rationale=p.rationale)
 
 
 def _ncdf(z):

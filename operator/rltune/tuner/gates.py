@@ -23,7 +23,7 @@ import math
 from typing import Optional
 
 from ..api.models import Constraints
-from .summary import TrialSummary
+from .summary import TrialSummary, TunerModel
 
 
 # ----------------------------------------------------------------- Student t without scipy
@@ -106,52 +106,49 @@ def welch_one_sided(cand: list[float], base: list[float], tol: float) -> tuple[f
 # ----------------------------------------------------------------- the gates
 
 
-def evaluate(summary: TrialSummary, baseline: Optional[TrialSummary], c: Constraints) -> dict[str, str]:
-    """Gate name -> verdict text, each starting with 'pass' or 'fail'."""
-    g: dict[str, str] = {}
+class GateResult(TunerModel):
+    """One quality gate's verdict on a trial: passed or not, and the measured detail for people."""
+
+    passed: bool
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return ("pass" if self.passed else "fail") + (f": {self.detail}" if self.detail else "")
+
+
+def evaluate(summary: TrialSummary, baseline: Optional[TrialSummary], c: Constraints) -> dict[str, GateResult]:
+    """Gate name -> verdict."""
+    g: dict[str, GateResult] = {}
     if summary.failed or summary.steps == 0:
-        g["steps"] = "fail: no steady-state step was measured"
+        g["steps"] = GateResult(passed=False, detail="no steady-state step was measured")
         return g
-    g["steps"] = f"pass: {summary.steps} steady-state steps"
-    g["nan"] = "fail: NaN or inf reported" if summary.nan else "pass: all values finite"
+    g["steps"] = GateResult(passed=True, detail=f"{summary.steps} steady-state steps")
+    g["nan"] = GateResult(passed=not summary.nan, detail="NaN or inf reported" if summary.nan else "all values finite")
     st = summary.max_staleness
-    g["staleness"] = (f"pass: max staleness {st:g} <= {c.max_staleness}" if st <= c.max_staleness + 1e-9
-                      else f"fail: max staleness {st:g} > limit {c.max_staleness}")
+    ok = st <= c.max_staleness + 1e-9
+    g["staleness"] = GateResult(passed=ok, detail=f"max staleness {st:g} <= {c.max_staleness}" if ok
+                                else f"max staleness {st:g} > limit {c.max_staleness}")
     mm = summary.mean_logprob_mismatch
-    g["mismatch"] = (f"pass: mean log-prob mismatch {mm:.4f} <= {c.max_logprob_mismatch:g}"
-                     if mm <= c.max_logprob_mismatch
-                     else f"fail: mean log-prob mismatch {mm:.4f} > limit {c.max_logprob_mismatch:g}")
+    ok = mm <= c.max_logprob_mismatch
+    g["mismatch"] = GateResult(passed=ok, detail=f"mean log-prob mismatch {mm:.4f} <= {c.max_logprob_mismatch:g}"
+                               if ok else f"mean log-prob mismatch {mm:.4f} > limit {c.max_logprob_mismatch:g}")
     if baseline is None or not baseline.rewards:
-        g["reward"] = "pass: no baseline rewards to compare against"
+        g["reward"] = GateResult(passed=True, detail="no baseline rewards to compare against")
     elif not summary.rewards:
-        g["reward"] = "fail: no rewards reported"
+        g["reward"] = GateResult(passed=False, detail="no rewards reported")
     else:
         p, t, df, thr = welch_one_sided(summary.rewards, baseline.rewards, c.reward_tolerance)
         mc = sum(summary.rewards) / len(summary.rewards)
         mb = sum(baseline.rewards) / len(baseline.rewards)
-        desc = (f"mean reward {mc:.4f} vs baseline {mb:.4f} (threshold {thr:.4f}, "
-                f"one-sided Welch p={p:.3g}, alpha={c.reward_test_alpha:g})")
-        g["reward"] = ("fail: " if p < c.reward_test_alpha else "pass: ") + desc
+        g["reward"] = GateResult(passed=p >= c.reward_test_alpha,
+                                 detail=f"mean reward {mc:.4f} vs baseline {mb:.4f} (threshold {thr:.4f}, "
+                                        f"one-sided Welch p={p:.3g}, alpha={c.reward_test_alpha:g})")
     return g
 
 
-def _ok(v) -> bool:
-    return v is True or (isinstance(v, str) and v.startswith("pass"))
+def passed(gates: dict[str, GateResult]) -> bool:
+    return all(g.passed for g in gates.values())
 
 
-def passed(gates: dict) -> bool:
-    """All gates pass (verdict texts, or booleans as the operator's status keeps them)."""
-    return all(_ok(v) for v in gates.values())
-
-
-def failed_gates(gates: dict, reason: str = "") -> list[str]:
-    """Names of failed gates; without gate verdicts, inferred from a rejection reason."""
-    if gates:
-        return [k for k, v in gates.items() if not _ok(v)]
-    r = (reason or "").lower()
-    out = []
-    for gate, words in (("staleness", ("staleness",)), ("mismatch", ("mismatch",)), ("reward", ("reward",)),
-                        ("nan", ("nan", "inf"))):
-        if any(w in r.split() or w in r for w in words):
-            out.append(gate)
-    return out
+def failed_gates(gates: dict[str, GateResult]) -> list[str]:
+    return [name for name, g in gates.items() if not g.passed]

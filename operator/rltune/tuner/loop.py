@@ -1,7 +1,8 @@
-"""The tuning loop: a thin driver over Tuner methods and a TrialBackend.
+"""The local driver of the tuning lifecycle: trials as processes of a TrialBackend.
 
-Local runs (`rltune tune --local`) and the benchmark use this loop; the operator drives the same
-Tuner methods from kopf handlers instead (one reconcile = one pass of the body of `run`).
+`rltune tune --local` runs here. It is a thin loop over the same `lifecycle.step` the operator's
+reconciler drives: observe the backend's trials, step, launch what the step recorded, cancel what
+it tore down. So a local run profiles, searches, confirms and concludes exactly like the operator.
 """
 
 from __future__ import annotations
@@ -11,22 +12,25 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..api.models import RLTuningJobSpec, trial_spec_for
+from ..api.status import RLTuningJobStatus, TrialStatus
+from . import lifecycle as L
+from . import records as R
 from .backend import TrialBackend, TrialObservation
-from .core import TERMINAL, Tuner, TrialRecord, baseline_record
-from .forecast import is_oom
-from .summary import summarize
+from .core import TrialRecord, Tuner
 
 
 @dataclass
 class Event:
-    kind: str  # baseline-started, baseline-done, trial-started, trial-done, early-stopped, done
+    """A lifecycle event with the trial record it concerns (None for job-level events)."""
+
+    event: L.Event
     record: Optional[TrialRecord] = None
-    message: str = ""
     tuner: Optional[Tuner] = None
 
 
 @dataclass
 class LoopResult:
+    status: RLTuningJobStatus
     baseline: TrialRecord
     trials: list[TrialRecord]
     best: Optional[TrialRecord]
@@ -36,111 +40,59 @@ class LoopResult:
     timeline: list[tuple[str, float, float]] = field(default_factory=list)  # (id, start, end) wall seconds
 
 
-def _finish(tuner: Tuner, rec: TrialRecord, obs: TrialObservation) -> TrialRecord:
+def observation(obs: TrialObservation) -> L.Observation:
+    """A backend's view of a launched trial, as the lifecycle reads it."""
+    if obs.state == "running":
+        return L.Observation(placed=True, steps=obs.steps)
     if obs.state == "succeeded":
-        return tuner.judge(rec, summarize(obs.steps))
-    rec = rec.model_copy(deep=True)
-    rec.state = "unschedulable" if obs.state == "unschedulable" else "failed"
-    rec.reason = obs.reason or f"trial {obs.state}"
-    if obs.steps:
-        rec.summary = summarize(obs.steps)
-    return rec
-
-
-def _wait(backend: TrialBackend, tid: str, timeout: float, poll_s: float) -> TrialObservation:
-    t0 = time.monotonic()
-    while True:
-        obs = backend.poll(tid)
-        if obs.state != "running":
-            return obs
-        if time.monotonic() - t0 > timeout:
-            backend.cancel(tid)
-            return TrialObservation("failed", obs.steps, f"timed out after {timeout:.0f} s")
-        time.sleep(poll_s)
+        return L.Observation(placed=True, done=True, steps=obs.steps)
+    if obs.state == "unschedulable":
+        return L.Observation(refused=L.Refusal(R.FailureCause.NO_MATCHING_NODES, obs.reason or "unschedulable"))
+    return L.Observation(placed=True, failure=obs.reason or "trial failed", exit_code=obs.exit_code,
+                         exported_reason=obs.reason or "")
 
 
 def run(spec: RLTuningJobSpec, backend: TrialBackend, on_event: Callable[[Event], None] = lambda e: None,
         job: str = "local", namespace: str = "default", poll_s: float = 0.2, seed: int = 0,
-        max_trials: Optional[int] = None) -> LoopResult:
-    b = spec.budget
+        clock: Callable[[], float] = time.time) -> LoopResult:
+    status = RLTuningJobStatus()
+    launched: dict[str, float] = {}
+    timeline: list[tuple[str, float, float]] = []
     t_start = time.monotonic()
-    timeline = []
-    base = baseline_record(spec)
-    base.state = "running"
-    on_event(Event("baseline-started", base, "profiling the baseline"))
-    ts0 = time.monotonic() - t_start
-    backend.launch(base.id, trial_spec_for(namespace, job, base.id, spec, base.config, b.steps_per_trial,
-                                           b.warmup_steps, seed=seed, pushgateway_url=spec.metrics.pushgateway_url))
-    obs = _wait(backend, base.id, b.trial_timeout_seconds, poll_s)
-    timeline.append((base.id, ts0, time.monotonic() - t_start))
-    tuner0 = Tuner(spec, base, [])
-    base = _finish(tuner0, base, obs)
-    tuner = Tuner(spec, base, [])
-    on_event(Event("baseline-done", base, tuner.profile().evidence if tuner.profile() else base.reason, tuner))
-    history: list[TrialRecord] = []
-    if base.state != "succeeded":
-        return LoopResult(base, [], None, f"baseline {base.state}: {base.reason}", None, None, timeline)
-    limit = min(b.max_trials, max_trials or b.max_trials)
-    running: dict[str, tuple[TrialRecord, float]] = {}
-    n = 0
-    reason = ""
+    seeds: dict[str, int] = {}
     while True:
-        tuner = Tuner(spec, base, history + [r for r, _ in running.values()])
-        stop, why = tuner.done()
-        if n >= limit and not running:
-            reason = f"trial budget spent ({n}/{limit})"
+        observations = {t.id: observation(backend.poll(t.id)) for t in status.trials
+                        if t.state.is_active and t.id in launched}
+        d = L.step(spec, status, observations, clock())
+        status = d.status
+        for tid in dict.fromkeys(d.teardown):
+            if tid in launched:
+                backend.cancel(tid)
+                timeline.append((tid, launched.pop(tid), time.monotonic() - t_start))
+        for t in status.trials:
+            if t.state.is_active and t.id not in launched and t.id not in {x[0] for x in timeline}:
+                seeds[t.id] = seed if t.kind == "baseline" else seed + len(seeds)
+                backend.launch(t.id, trial_spec_for(namespace, job, t.id, spec, R.config_from_diff(spec.baseline, t.config),
+                                                    t.steps, spec.budget.warmup_steps, seed=seeds[t.id],
+                                                    pushgateway_url=spec.metrics.pushgateway_url))
+                launched[t.id] = time.monotonic() - t_start
+        if d.events:
+            tuner = R.make_tuner(spec, status.trials)
+            by_id = {t.id: t for t in status.trials}
+            for e in d.events:
+                on_event(Event(e, _record_of(spec, by_id, e), tuner))
+        if status.phase.is_terminal:
             break
-        if stop and not running:
-            reason = why
-            break
-        used = sum(r.gpus for r, _ in running.values())
-        slots = min(b.parallel_trials - len(running), limit - n)
-        if not stop and slots > 0:
-            props = tuner.propose(slots, spec.resources.gpu_budget - used)
-            for p in props:
-                n += 1
-                tid = f"t{n}"
-                rec = tuner.record_for(tid, p)
-                rec.state = "running"
-                backend.launch(tid, trial_spec_for(namespace, job, tid, spec, p.config, b.steps_per_trial,
-                                                   b.warmup_steps, seed=seed + n,
-                                                   pushgateway_url=spec.metrics.pushgateway_url))
-                running[tid] = (rec, time.monotonic() - t_start)
-                on_event(Event("trial-started", rec, f"{p.bottleneck}: {p.rationale}", tuner))
-            if not props and not running:
-                reason = "no configuration left to try"
-                break
-        # poll
-        progressed = False
-        for tid in list(running):
-            rec, t0 = running[tid]
-            obs = backend.poll(tid)
-            if obs.state == "running":
-                if time.monotonic() - t_start - t0 > b.trial_timeout_seconds:
-                    backend.cancel(tid)
-                    obs = TrialObservation("failed", obs.steps, f"timed out after {b.trial_timeout_seconds} s")
-                elif obs.steps and tuner.early_stop(obs.steps, rec.gpus):
-                    backend.cancel(tid)
-                    rec = rec.model_copy(deep=True)
-                    rec.state, rec.reason = "cancelled", "early-stopped: clearly slower than the incumbent"
-                    rec.summary = summarize(obs.steps)
-                    history.append(rec)
-                    del running[tid]
-                    timeline.append((tid, t0, time.monotonic() - t_start))
-                    on_event(Event("early-stopped", rec, rec.reason, tuner))
-                    progressed = True
-                    continue
-                else:
-                    continue
-            rec = _finish(tuner, rec, obs)
-            history.append(rec)
-            del running[tid]
-            timeline.append((tid, t0, time.monotonic() - t_start))
-            on_event(Event("trial-done", rec, rec.reason, tuner))
-            progressed = True
-        if running and not progressed:
+        if not d.events:
             time.sleep(poll_s)
-    tuner = Tuner(spec, base, history)
-    res = LoopResult(base, history, tuner.best(), reason, tuner.forecast_error(), tuner.profile(), timeline)
-    on_event(Event("done", tuner.best(), reason, tuner))
-    return res
+    tuner = R.make_tuner(spec, status.trials)
+    base = next(t for t in status.trials if t.kind == "baseline")
+    trials = [R.to_record(spec, t) for t in status.trials if t.kind != "baseline"]
+    best = next((r for r in trials if status.best and r.id == status.best.trial), None)
+    profile = tuner.profile() if base.state == "Succeeded" else None
+    fe = tuner.forecast_error() if any(t.kind == "search" for t in status.trials) else None
+    return LoopResult(status, R.to_record(spec, base), trials, best, status.message or "", fe, profile, timeline)
+
+
+def _record_of(spec: RLTuningJobSpec, by_id: dict[str, TrialStatus], e: L.Event) -> Optional[TrialRecord]:
+    return R.to_record(spec, by_id[e.trial]) if e.trial in by_id else None

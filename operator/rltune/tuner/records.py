@@ -1,8 +1,8 @@
-"""The operator's only door into rltune.tuner: status records <-> the tuner's TrialRecords.
+"""Trial records in the job status <-> the Tuner's TrialRecords, and the one configuration diff.
 
-The operator is stateless between reconciles: every tick it rebuilds the tuner's view (baseline +
-history) from the job's status, asks it what to do, and writes the answers back, compact. Keeping
-this mapping in one module keeps the handlers thin and the tuner free of Kubernetes.
+The lifecycle is stateless between steps: every step rebuilds the Tuner's view (baseline +
+history) from the status, asks it what to do, and writes the answers back, compact (a trial's
+configuration stored as the knobs that differ from the baseline, its summary flattened).
 """
 
 from __future__ import annotations
@@ -11,21 +11,42 @@ import math
 from typing import Any, Optional
 
 from ..api.models import RLConfig, RLTuningJobSpec
-from ..api.status import TrialStatus
-
-# status state <-> tuner state (the tuner speaks lower case)
-_TO_TUNER = {"Pending": "pending", "Running": "running", "Scoring": "running", "Succeeded": "succeeded",
-             "Rejected": "rejected", "Failed": "failed", "Unschedulable": "unschedulable",
-             "MetricsUnavailable": "failed", "TimedOut": "failed", "Stopped": "stopped"}
-_FROM_TUNER = {"succeeded": "Succeeded", "rejected": "Rejected", "failed": "Failed", "stopped": "Stopped",
-               "cancelled": "Stopped", "unschedulable": "Unschedulable",
-               "running": "Running", "pending": "Pending"}
-
+from ..api.status import FailureCause, TrialState, TrialStatus
+from .gates import GateResult
 
 def config_diff(baseline: RLConfig, config: RLConfig) -> dict[str, Any]:
-    """Knob path -> value for every knob of `config` that differs from `baseline`."""
+    """Knob path -> value for every knob of `config` that differs from `baseline`: what the status
+    stores (`config_from_diff` restores the configuration exactly)."""
     b, c = baseline.flat(), config.flat()
     return {k: v for k, v in c.items() if b.get(k) != v and not (v is None and k not in b)}
+
+
+def config_changes(baseline: RLConfig, config: RLConfig, gpu_budget: int) -> dict[str, tuple[Any, Any]]:
+    """Knob path -> (baseline value, new value), as a person reads a change: unset GPU counts are
+    the budget, a colocated configuration has no trainer split, the real-mode CPU split is left out."""
+    base, k = baseline.flat(), config.flat()
+    out: dict[str, tuple[Any, Any]] = {}
+    for p, v in k.items():
+        if p == "cpu" or p.startswith("cpu."):
+            continue
+        b = base.get(p)
+        if b is None and v is None:
+            continue
+        if p == "gpus":
+            b, v = b or gpu_budget, v or gpu_budget
+        if p == "trainerGpus" and k.get("placement") == "colocated":
+            continue
+        if b != v:
+            out[p] = (b, v)
+    return out
+
+
+def failure_cause(reason: str, exit_code: Optional[int] = None) -> FailureCause:
+    """The cause of a failed trial, decided once where the failure is observed (the container's exit
+    code, the trial's own one-line reason) and then kept as data."""
+    from .forecast import is_oom
+
+    return FailureCause.OUT_OF_MEMORY if is_oom(reason, exit_code) else FailureCause.CRASHED
 
 
 def config_from_diff(baseline: RLConfig, diff: dict[str, Any]) -> RLConfig:
@@ -94,18 +115,18 @@ def to_record(spec: RLTuningJobSpec, t: TrialStatus):
         id=t.id, config=config, gpus=t.gpus or gpus_of(spec, config),
         predicted=t.predicted_seconds, predicted_std=t.predicted_std,
         summary=unflatten_summary(t.summary), objective=t.objective,
-        state=_TO_TUNER.get(t.state, "failed"), reason=t.reason or "",
+        state=t.state, reason=t.reason or "", cause=t.cause,
+        gates={name: GateResult(passed=ok) for name, ok in (t.gates or {}).items()},
     )
 
 
 def apply_judgement(t: TrialStatus, record, keep_rewards: bool = False) -> None:
     """Copy the tuner's verdict on a finished trial into its status record."""
-    t.state = _FROM_TUNER.get(str(record.state).lower(), "Failed")  # type: ignore[assignment]
+    t.state = record.state
     t.reason = record.reason or t.reason
-    gates = getattr(record, "gates", None) or {}
-    t.gates = {k: (v if isinstance(v, bool) else str(v).startswith("pass")) for k, v in gates.items()} or None
-    if t.state == "Rejected" and not t.reason:
-        failed = [f"{k} {v}" for k, v in gates.items() if not (v is True or str(v).startswith("pass"))]
+    t.gates = {name: g.passed for name, g in record.gates.items()} or None
+    if t.state == TrialState.REJECTED and not t.reason:
+        failed = [f"{name} {g}" for name, g in record.gates.items() if not g.passed]
         t.reason = "; ".join(failed)[:300] or "rejected"
     t.objective = record.objective
     if record.summary is not None:
@@ -118,16 +139,13 @@ def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
     from .. import tuner as T
 
     base = next(t for t in trials if t.kind == "baseline")
-    summary = unflatten_summary(base.summary) if base.state == "Succeeded" else None
+    summary = unflatten_summary(base.summary) if base.state == TrialState.SUCCEEDED else None
     baseline = T.baseline_record(spec, summary, id=base.id)
-    if summary is None and base.state not in ACTIVE:
-        baseline.state = _TO_TUNER.get(base.state, "failed")
-        baseline.reason = base.reason or ""
+    if summary is None and not base.state.is_active:
+        baseline.state, baseline.reason = base.state, base.reason or ""
     history = [to_record(spec, t) for t in trials if t.kind == "search"]
     return T.Tuner(spec, baseline, history)
 
-
-ACTIVE = ("Pending", "Running", "Scoring")
 
 
 def objective_of(spec: RLTuningJobSpec, step_seconds: float, gpus: int) -> float:

@@ -1,0 +1,509 @@
+"""The one tuning lifecycle: baseline -> profile -> search -> confirm -> conclude, as a pure step.
+
+`step(spec, status, observations, now, generation) -> Decisions` takes the job's status (the
+lifecycle's only memory), what the driver observed of each active trial (plain data), and the time;
+it returns the new status and what to do: trials to start (recorded Pending: the driver creates
+their pods or processes), trials to tear down, events. The operator's reconciler drives it from
+pods and Prometheus (read -> step -> write); `rltune tune --local` drives it from local processes.
+Nothing here knows Kubernetes, so the lifecycle is unit-tested with plain data.
+
+    Pending -> Profiling -> Searching -> Confirming -> Succeeded
+                   |            |  ^          |
+                   v            v  +----------+ (the winner did not confirm: next best)
+                 Failed       Failed
+
+Budget and failure accounting live in one place each: the search's budget in `_search`, failures
+against `budget.maxFailedTrials` there too; the Tuner decides when the search is exhausted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Optional
+
+from ..api.metrics import StepRecord
+from ..api.models import RLConfig, RLTuningJobSpec
+from ..api.status import (BaselineStatus, BestStatus, Condition, FailureCause, Phase, RLTuningJobStatus, TrialState,
+                          TrialStatus)
+from . import records as R
+
+REASON_GRACE_SECONDS = 5.0  # how long a failed trial's exported reason may take to reach the metrics store
+
+
+# --------------------------------------------------------------------------- inputs and outputs
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """The driver could not start a trial: no node can hold it, or the API server refuses its pods."""
+
+    cause: FailureCause
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the driver saw of one active trial (plain data; defaults: nothing seen yet)."""
+
+    placed: bool = False  # every pod is scheduled (locally: the process was launched)
+    pods: int = 1  # how many pods the trial needs (one per node it spans)
+    done: bool = False  # rank 0 finished with exit code 0
+    failure: str = ""  # one line on why a pod or process failed ("" = none failed)
+    exit_code: Optional[int] = None
+    exported_reason: Optional[str] = None  # the trial's own exported failure reason (None: none visible yet)
+    pending_reason: str = ""  # the scheduler's message while not placed
+    steps: Optional[list[StepRecord]] = None  # steps measured so far (None: not read this time)
+    metrics_error: str = ""
+    refused: Optional[Refusal] = None
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+    trial: Optional[str] = None  # the trial it concerns, if any
+
+
+@dataclass
+class Decisions:
+    status: RLTuningJobStatus
+    started: list[str] = field(default_factory=list)  # trials recorded Pending this step
+    teardown: list[str] = field(default_factory=list)  # trials whose pods/processes must go
+    finished: list[TrialState] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+
+    def then(self, later: "Decisions") -> "Decisions":
+        """This step followed by a later one (the driver's second step after a refusal)."""
+        return Decisions(later.status, self.started + later.started, self.teardown + later.teardown,
+                         self.finished + later.finished, self.events + later.events)
+
+
+# --------------------------------------------------------------------------- time and conditions
+
+
+def now_iso(t: Optional[float] = None) -> str:
+    return datetime.fromtimestamp(t if t is not None else time.time(), timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_iso(s: Optional[str]) -> Optional[float]:
+    if not s:
+        return None
+    return datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+
+
+def set_condition(status: RLTuningJobStatus, type_: str, value: str, reason: str, message: str,
+                  gen: int, now: float) -> None:
+    for c in status.conditions:
+        if c.type == type_:
+            if c.status != value:
+                c.last_transition_time = now_iso(now)
+            c.status, c.reason, c.message, c.observed_generation = value, reason, message[:1000], gen  # type: ignore[assignment]
+            return
+    status.conditions.append(Condition(type=type_, status=value, reason=reason, message=message[:1000],  # type: ignore[arg-type]
+                                       last_transition_time=now_iso(now), observed_generation=gen))
+
+
+def set_phase(status: RLTuningJobStatus, phase: Phase, message: str, gen: int, now: float,
+              failure: Optional[tuple[str, str]] = None, complete: Optional[tuple[str, str]] = None) -> None:
+    """The phase and every condition that follows from it (kstatus Ready/Reconciling/Stalled too)."""
+    status.phase = phase
+    status.message = message[:500]
+    set_condition(status, "Ready", "True" if phase == Phase.SUCCEEDED else "False",
+                  (complete or failure or (phase, ""))[0], message, gen, now)
+    set_condition(status, "Reconciling", "False" if phase.is_terminal else "True", phase, message, gen, now)
+    set_condition(status, "Stalled", "True" if phase == Phase.FAILED else "False",
+                  (failure or (phase, ""))[0], message, gen, now)
+    if phase.is_terminal:
+        status.completed_at = status.completed_at or now_iso(now)
+        set_condition(status, "Progressing", "False", phase, message, gen, now)
+    else:
+        set_condition(status, "Progressing", "True", phase, message, gen, now)
+    if failure:
+        set_condition(status, "Failed", "True", failure[0], failure[1], gen, now)
+        set_condition(status, "Complete", "False", "Failed", failure[1], gen, now)
+    elif complete:
+        set_condition(status, "Complete", "True", complete[0], complete[1], gen, now)
+        set_condition(status, "Failed", "False", "Succeeded", "", gen, now)
+    elif not phase.is_terminal:
+        set_condition(status, "Complete", "False", "InProgress", message, gen, now)
+        set_condition(status, "Failed", "False", "InProgress", "", gen, now)
+
+
+def refuse_spec(status: RLTuningJobStatus, reason: str, message: str, gen: int, now: float) -> Decisions:
+    """The spec cannot run (invalid, unsupported, against policy): the job fails before any trial."""
+    status = status.model_copy(deep=True)
+    status.started_at = status.started_at or now_iso(now)
+    events = [] if status.observed_generation == gen and status.phase == Phase.FAILED else \
+        [Event("Warning", reason, message)]
+    status.observed_generation = gen
+    set_phase(status, Phase.FAILED, message, gen, now, failure=(reason, message))
+    set_condition(status, "SpecValid", "False", reason, message, gen, now)
+    return Decisions(status, events=events)
+
+
+# --------------------------------------------------------------------------- the step
+
+
+def step(spec: RLTuningJobSpec, status: RLTuningJobStatus, observations: dict[str, Observation], now: float,
+         generation: int = 1) -> Decisions:
+    """One pass of the lifecycle. Pure: `status` is not modified; the new one is in the result."""
+    lc = _Lifecycle(spec, status.model_copy(deep=True), now, generation)
+    lc.run(observations)
+    return lc.decisions
+
+
+class _Lifecycle:
+    """The state of one step, so that the methods below read like the lifecycle they implement."""
+
+    def __init__(self, spec: RLTuningJobSpec, status: RLTuningJobStatus, now: float, gen: int):
+        self.spec, self.status, self.now, self.gen = spec, status, now, gen
+        self.decisions = Decisions(status)
+        self._tuner = None
+
+    # ---------------------------------------------------------------- helpers
+
+    def info(self, reason: str, message: str, trial: Optional[str] = None) -> None:
+        self.decisions.events.append(Event("Normal", reason, message, trial))
+
+    def warn(self, reason: str, message: str, trial: Optional[str] = None) -> None:
+        self.decisions.events.append(Event("Warning", reason, message, trial))
+
+    def phase(self, phase: Phase, message: str, **kw) -> None:
+        set_phase(self.status, phase, message, self.gen, self.now, **kw)
+
+    def tuner(self):
+        if self._tuner is None:
+            self._tuner = R.make_tuner(self.spec, self.status.trials)
+        return self._tuner
+
+    def active(self, kind: Optional[str] = None) -> list[TrialStatus]:
+        return [t for t in self.status.trials if t.state.is_active and (kind is None or t.kind == kind)]
+
+    def config_of(self, t: TrialStatus) -> RLConfig:
+        return R.config_from_diff(self.spec.baseline, t.config)
+
+    # ---------------------------------------------------------------- the pass
+
+    def run(self, observations: dict[str, Observation]) -> None:
+        st = self.status
+        st.started_at = st.started_at or now_iso(self.now)
+        set_condition(st, "SpecValid", "True", "Valid", "the spec passed validation", self.gen, self.now)
+        if st.phase.is_terminal:
+            if st.observed_generation == self.gen:
+                return
+            self.spec_changed()
+        st.observed_generation = self.gen
+        if st.phase in (Phase.PENDING, Phase.VALIDATING):
+            self.start_baseline()
+        for t in list(st.trials):
+            if t.state.is_active:
+                self.advance(t, observations.get(t.id, Observation()))
+        self.decide()
+        search = [t for t in st.trials if t.kind == "search"]
+        st.trials_done = f"{sum(1 for t in search if t.state.is_terminal)}/{self.spec.budget.max_trials}"
+        st.trials_failed = sum(1 for t in search if t.state.is_failure)
+
+    def spec_changed(self) -> None:
+        """A finished job whose spec changed: resume the search, or start over without a baseline."""
+        st = self.status
+        base = next((t for t in st.trials if t.kind == "baseline"), None)
+        if base is not None and base.state == TrialState.SUCCEEDED:
+            self.info("Resumed", f"spec changed (generation {self.gen}): searching again")
+            st.completed_at = None
+            st.best = None if st.best and not st.best.confirmed else st.best
+            self.phase(Phase.SEARCHING, "resumed after a spec change")
+        else:  # it ended before a baseline was measured (invalid spec, no node for it): start over
+            self.info("Restarted", f"spec changed (generation {self.gen}): profiling the baseline again")
+            st.trials = [t for t in st.trials if t.kind != "baseline"]
+            st.baseline, st.completed_at = None, None
+            self.phase(Phase.PENDING, "spec changed: starting over")
+
+    # ---------------------------------------------------------------- trials
+
+    def add_trial(self, trial_id: str, kind: str, config: RLConfig, steps: int, predicted=None,
+                  predicted_std=None, of: Optional[str] = None) -> TrialStatus:
+        t = TrialStatus(id=trial_id, kind=kind, of=of, config=R.config_diff(self.spec.baseline, config),  # type: ignore[arg-type]
+                        gpus=R.gpus_of(self.spec, config), steps=steps,
+                        predicted_seconds=None if predicted is None else round(float(predicted), 4),
+                        predicted_std=None if predicted_std is None else round(float(predicted_std), 4),
+                        state=TrialState.PENDING, created_at=now_iso(self.now))
+        self.status.trials.append(t)
+        self.decisions.started.append(trial_id)
+        changed = ", ".join(f"{k}={v}" for k, v in sorted(t.config.items())) or "the baseline configuration"
+        pred = f", forecast {t.predicted_seconds:.1f}s/step" if t.predicted_seconds else ""
+        self.info("TrialStarted", f"trial {trial_id} ({kind}, {t.gpus} GPUs, {steps} steps): {changed}{pred}", trial_id)
+        self._tuner = None
+        return t
+
+    def finish(self, t: TrialStatus, state: TrialState, reason: str, cause: Optional[FailureCause] = None) -> None:
+        t.state = state
+        t.reason = reason[:300] if reason else t.reason
+        t.cause = cause if cause is not None else t.cause
+        t.finished_at = t.finished_at or now_iso(self.now)
+        self.decisions.teardown.append(t.id)
+        self.decisions.finished.append(state)
+        self._tuner = None
+        measured = f", {t.measured_seconds:.1f}s/step" if t.measured_seconds else ""
+        msg = f"trial {t.id} {state}{measured}" + (f": {t.reason}" if t.reason else "")
+        (self.info if state in (TrialState.SUCCEEDED, TrialState.STOPPED) else self.warn)(f"Trial{state}", msg, t.id)
+
+    def start_baseline(self) -> None:
+        if not any(t.kind == "baseline" for t in self.status.trials):
+            self.add_trial("baseline", "baseline", self.spec.baseline, self.spec.budget.steps_per_trial)
+        self.status.baseline = self.status.baseline or BaselineStatus(state=TrialState.PENDING,
+                                                                      gpus=R.gpus_of(self.spec, self.spec.baseline))
+        self.phase(Phase.PROFILING, "profiling the baseline")
+
+    def advance(self, t: TrialStatus, obs: Observation) -> None:
+        if obs.refused is not None:
+            self.refused(t, obs.refused)
+            return
+        budget = self.spec.budget
+        if t.state == TrialState.PENDING:
+            created = parse_iso(t.created_at) or self.now
+            if obs.placed:
+                t.state, t.started_at = TrialState.RUNNING, now_iso(self.now)
+            elif self.now - created > budget.schedule_timeout_seconds:
+                n = f"not all {obs.pods} pods scheduled within {budget.schedule_timeout_seconds}s"
+                self.finish(t, TrialState.UNSCHEDULABLE, n + (f": {obs.pending_reason}" if obs.pending_reason else ""),
+                            FailureCause.UNSCHEDULABLE)
+                return
+            else:
+                return
+        if t.state == TrialState.RUNNING:
+            started = parse_iso(t.started_at) or self.now
+            if obs.failure:
+                self.failed(t, obs)
+                return
+            if obs.done:
+                t.state, t.finished_at = TrialState.SCORING, now_iso(self.now)
+            elif self.now - started > budget.trial_timeout_seconds:
+                self.finish(t, TrialState.TIMED_OUT,
+                            f"ran longer than budget.trialTimeoutSeconds={budget.trial_timeout_seconds}",
+                            FailureCause.TIMED_OUT)
+                return
+            else:
+                if t.kind == "search":
+                    self.maybe_early_stop(t, obs)
+                return
+        if t.state == TrialState.SCORING:
+            self.score(t, obs)
+
+    def failed(self, t: TrialStatus, obs: Observation) -> None:
+        """A pod or process failed. The trial's own exported reason beats the exit code; it may
+        take a moment to become visible, so the first sighting waits REASON_GRACE_SECONDS for it."""
+        first_seen = parse_iso(t.finished_at)
+        if obs.exported_reason is None and (first_seen is None or self.now - first_seen < REASON_GRACE_SECONDS):
+            t.finished_at = t.finished_at or now_iso(self.now)
+            return
+        why = f"{obs.exported_reason} ({obs.failure})" if obs.exported_reason else obs.failure
+        cause = R.failure_cause(why, obs.exit_code)
+        if cause == FailureCause.OUT_OF_MEMORY and "out of memory" not in why:
+            why += ": out of memory"
+        self.finish(t, TrialState.FAILED, why, cause)
+
+    def refused(self, t: TrialStatus, r: Refusal) -> None:
+        """The driver could not start `t`. No node can hold it: the trial is Unschedulable (the
+        baseline's fails the job). The API server refuses its pods: the spec is at fault, the job fails."""
+        if r.cause == FailureCause.NO_MATCHING_NODES:
+            self.finish(t, TrialState.UNSCHEDULABLE, r.message, r.cause)
+            if t.kind == "baseline":
+                if self.status.baseline is not None:
+                    self.status.baseline.state, self.status.baseline.reason = TrialState.UNSCHEDULABLE, r.message[:300]
+                set_condition(self.status, "PodsSchedulable", "False", "NoMatchingNodes", r.message, self.gen, self.now)
+                self.phase(Phase.FAILED, f"no node can run the baseline: {r.message}",
+                           failure=("NoMatchingNodes", r.message))
+            return
+        self.finish(t, TrialState.FAILED, r.message, r.cause)
+        for other in self.active():
+            self.finish(other, TrialState.STOPPED, "the job's pods are refused by the API server")
+        set_condition(self.status, "SpecValid", "False", r.cause, r.message, self.gen, self.now)
+        self.phase(Phase.FAILED, r.message, failure=(r.cause, r.message))
+
+    def maybe_early_stop(self, t: TrialStatus, obs: Observation) -> None:
+        steps = obs.steps
+        if not steps or not [s for s in steps if not s.warmup]:
+            return
+        if self.tuner().early_stop(steps, gpus=t.gpus):
+            from .summary import summarize
+
+            summary = summarize(steps)
+            t.summary = R.flatten_summary(summary, keep_rewards=False)
+            t.measured_seconds = round(summary.step_time_mean, 4) if summary.steps else None
+            t.objective = R.objective_of(self.spec, summary.step_time_mean, t.gpus) if summary.steps else None
+            self.finish(t, TrialState.STOPPED, f"early-stopped after {len(steps)} steps: cannot beat the best so far")
+
+    def score(self, t: TrialStatus, obs: Observation) -> None:
+        """Score a finished trial once all its steps are visible; never on guesses."""
+        from .summary import summarize
+
+        budget = self.spec.budget
+        steps = obs.steps or []
+        if len(steps) < t.steps:
+            finished = parse_iso(t.finished_at) or self.now
+            if self.now - finished > budget.metrics_timeout_seconds:
+                self.finish(t, TrialState.METRICS_UNAVAILABLE,
+                            f"{len(steps)} of {t.steps} steps reported within {budget.metrics_timeout_seconds}s"
+                            + (f" ({obs.metrics_error})" if obs.metrics_error else ""),
+                            FailureCause.METRICS_UNAVAILABLE)
+            return
+        summary = summarize(steps)
+        if t.kind == "baseline":
+            t.summary = R.flatten_summary(summary, keep_rewards=True)
+            t.measured_seconds = round(summary.step_time_mean, 4) if summary.steps else None
+            t.objective = R.objective_of(self.spec, summary.step_time_mean, t.gpus) if summary.steps else None
+            if summary.failed or not summary.steps:
+                self.finish(t, TrialState.FAILED, "the baseline reported no steady-state step",
+                            FailureCause.NO_STEADY_STATE)
+            else:
+                self.finish(t, TrialState.SUCCEEDED, "")
+            return
+        judged = self.tuner().judge(R.to_record(self.spec, t), summary)
+        R.apply_judgement(t, judged, keep_rewards=False)
+        if t.objective is None and summary.steps:
+            t.objective = R.objective_of(self.spec, summary.step_time_mean, t.gpus)
+        self.finish(t, t.state, t.reason or "", FailureCause.NO_STEADY_STATE if t.state == TrialState.FAILED else None)
+
+    # ---------------------------------------------------------------- the phases
+
+    def decide(self) -> None:
+        st = self.status
+        if st.phase == Phase.PROFILING:
+            self.after_profiling()
+        if st.phase == Phase.SEARCHING:
+            self.search()
+        if st.phase == Phase.CONFIRMING:
+            self.after_confirming()
+        if st.phase not in (Phase.PENDING, Phase.PROFILING) and any(t.kind == "search" for t in st.trials):
+            fe = self.tuner().forecast_error()
+            if fe is not None and fe == fe:
+                st.forecast_error = round(float(fe), 4)
+
+    def teardown_all(self) -> None:
+        for t in self.active():
+            self.finish(t, TrialState.STOPPED, f"job {self.status.phase.lower()}")
+
+    def after_profiling(self) -> None:
+        base = next(t for t in self.status.trials if t.kind == "baseline")
+        if base.state.is_active:
+            return
+        bs = self.status.baseline or BaselineStatus()
+        bs.state, bs.gpus, bs.reason = base.state, base.gpus, base.reason
+        self.status.baseline = bs
+        if base.state != TrialState.SUCCEEDED:
+            if self.status.phase != Phase.FAILED:
+                self.phase(Phase.FAILED, f"the baseline failed: {base.reason}",
+                           failure=("BaselineFailed", f"baseline trial {base.state}: {base.reason}"))
+            return
+        from .profile import profile
+
+        summary = R.unflatten_summary(base.summary)
+        prof = profile(self.spec, summary)
+        bs.step_seconds = round(summary.step_time_mean, 4)
+        bs.gpu_seconds_per_step = round(summary.step_time_mean * base.gpus, 2)
+        bs.breakdown = {k: round(v, 4) for k, v in summary.phases.items()}
+        bs.bottleneck = prof.bottleneck
+        bs.evidence = [e.strip()[:200] for e in prof.evidence.split(";") if e.strip()][:16] or None
+        self.info("Profiled", f"baseline {bs.step_seconds:.1f}s/step on {base.gpus} GPUs, "
+                              f"bottleneck {bs.bottleneck}: {'; '.join(bs.evidence or [])}"[:1000])
+        self.phase(Phase.SEARCHING, f"baseline {bs.step_seconds:.1f}s/step, bottleneck {bs.bottleneck}: searching")
+
+    def search(self) -> None:
+        st, budget = self.status, self.spec.budget
+        search = [t for t in st.trials if t.kind == "search"]
+        failed = sum(1 for t in search if t.state.is_failure)
+        if failed >= budget.max_failed_trials:
+            self.teardown_all()
+            self.phase(Phase.FAILED, f"{failed} trials failed (budget.maxFailedTrials={budget.max_failed_trials})",
+                       failure=("TooManyFailedTrials", f"{failed} failed trials; last: {search[-1].reason}"))
+            return
+        active = self.active("search")
+        done = len(search) - len(active)
+        left = budget.max_trials - done - len(active)
+        tuner_done, why = (self.tuner().done() if left > 0 else (False, ""))
+        if left > 0 and not tuner_done:
+            slots = min(budget.parallel_trials - len(active), left)
+            gpus_free = self.spec.resources.gpu_budget - sum(t.gpus for t in self.active())
+            if slots > 0 and gpus_free > 0:
+                proposals = self.tuner().propose(slots, gpus_free)
+                for p in proposals:
+                    g = R.gpus_of(self.spec, p.config)
+                    if g > gpus_free:
+                        continue
+                    gpus_free -= g
+                    self.add_trial(f"t{st.next_trial}", "search", p.config, budget.steps_per_trial,
+                                   p.predicted, p.predicted_std)
+                    st.next_trial += 1
+                if not proposals and not self.active():
+                    tuner_done, why = True, "the search space is exhausted"
+        if self.active("search"):
+            return
+        if left > 0 and not tuner_done:
+            return
+        self.conclude(why or f"{done} of {budget.max_trials} trials done")
+
+    def conclude(self, why: str) -> None:
+        st = self.status
+        best = self.tuner().best()
+        base_obj = next(t.objective for t in st.trials if t.kind == "baseline")
+        if best is None or best.objective is None or base_obj is None or best.objective >= base_obj:
+            msg = f"nothing beats the baseline ({why}); keep the current configuration"
+            st.best, st.speedup = None, "1.00x"
+            self.info("NoImprovement", msg)
+            self.phase(Phase.SUCCEEDED, msg, complete=("NoImprovement", msg))
+            return
+        bt = next(t for t in st.trials if t.id == best.id)
+        if self.spec.budget.confirm_steps > 0:
+            cid = f"c{st.next_trial}"
+            st.next_trial += 1
+            self.add_trial(cid, "confirm", self.config_of(bt), self.spec.budget.confirm_steps,
+                           bt.predicted_seconds, bt.predicted_std, of=bt.id)
+            self.phase(Phase.CONFIRMING, f"confirming {bt.id} with {self.spec.budget.confirm_steps} steps")
+            return
+        self.set_best(bt, confirmed=False)
+        self.succeed(why)
+
+    def set_best(self, t: TrialStatus, confirmed: bool, of: Optional[TrialStatus] = None) -> None:
+        from ..adapters.render import render_overrides
+
+        base = self.status.baseline
+        src = of or t
+        step_s = t.measured_seconds or 0.0
+        speed = (base.step_seconds / step_s) if base and base.step_seconds and step_s else 1.0
+        self.status.best = BestStatus(trial=src.id, config=dict(src.config), step_seconds=round(step_s, 3),
+                                      speedup=round(speed, 3), gpus=t.gpus,
+                                      gpu_seconds_per_step=round(step_s * t.gpus, 2), confirmed=confirmed,
+                                      overrides=render_overrides(self.spec.workload.framework, src.config))
+        self.status.speedup = f"{speed:.2f}x"
+
+    def succeed(self, why: str) -> None:
+        b = self.status.best
+        msg = (f"best {b.trial}: {b.step_seconds:.1f}s/step, {self.status.speedup} faster than the baseline on "
+               f"{b.gpus} GPUs ({why})")
+        self.info("Succeeded", msg)
+        self.phase(Phase.SUCCEEDED, msg, complete=("Improved", msg))
+
+    def after_confirming(self) -> None:
+        conf = [t for t in self.status.trials if t.kind == "confirm"]
+        c = conf[-1] if conf else None
+        if c is None:
+            self.phase(Phase.SEARCHING, "no confirmation run found")
+            return
+        if c.state.is_active:
+            return
+        orig = next(t for t in self.status.trials if t.id == c.of)
+        base = self.status.baseline
+        if c.state == TrialState.SUCCEEDED and c.measured_seconds and base and base.step_seconds and \
+                c.measured_seconds < base.step_seconds:
+            self.set_best(c, confirmed=True, of=orig)
+            self.succeed(f"confirmed over {c.steps} steps")
+            return
+        orig.state = TrialState.REJECTED
+        orig.reason = f"confirmation run {c.id} {c.state}: {c.reason or 'not faster than the baseline'}"[:300]
+        self._tuner = None
+        self.warn("ConfirmationFailed", orig.reason)
+        self.phase(Phase.SEARCHING, f"{orig.id} did not confirm; picking the next best")
+        self.search()

@@ -1,0 +1,131 @@
+"""The tuning lifecycle with plain data, no cluster: a synthetic driver plays the pods and the
+metrics store, and the pure `lifecycle.step` takes the job from Pending to its end."""
+
+from __future__ import annotations
+
+from rltune.api.status import FailureCause, Phase, RLTuningJobStatus, TrialState
+from rltune.tuner import lifecycle as L
+from rltune.tuner import records as R
+
+from test_tuner_fixtures import job, steps
+
+
+def truth(cfg) -> dict:
+    """A made-up cluster: rollout likes more KV memory and TP 4, the tail shrinks with partial rollout."""
+    g = 420.0 * (0.6 / cfg.rollout.gpu_memory_utilization) ** 0.5 * (1.0 if cfg.rollout.tp == 4 else 1.2)
+    tail = 250.0 * (0.4 if cfg.async_.partial_rollout else 1.0)
+    return {"generation": g + tail, "generation_tail": tail, "old_logprob": 55.0, "training": 160.0,
+            "weight_sync": 6.0}
+
+
+def drive(spec, outcome=None, ticks: int = 200, start: float = 1_000_000.0):
+    """Run the lifecycle to its end. `outcome(trial, config)` -> an Observation for a launched trial
+    (default: it finishes at once with the truth's steps). Returns the final status and all events."""
+    status, now, events = RLTuningJobStatus(), start, []
+    for _ in range(ticks):
+        obs = {}
+        for t in status.trials:
+            if t.state.is_active and t.state != TrialState.PENDING or (t.state == TrialState.PENDING and t.created_at):
+                cfg = R.config_from_diff(spec.baseline, t.config)
+                obs[t.id] = (outcome or ok)(t, cfg)
+        d = L.step(spec, status, obs, now)
+        status, events = d.status, events + d.events
+        if status.phase.is_terminal:
+            break
+        now += 10.0
+    return status, events
+
+
+def ok(t, cfg) -> L.Observation:
+    return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, seed=hash(t.id) % 1000))
+
+
+def test_a_job_goes_from_pending_to_a_confirmed_winner():
+    spec = job(budget={"maxTrials": 6, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 4})
+    status, events = drive(spec)
+    assert status.phase == Phase.SUCCEEDED, status.message
+    kinds = [t.kind for t in status.trials]
+    assert kinds[0] == "baseline" and kinds[-1] == "confirm" and "search" in kinds
+    assert status.best and status.best.confirmed and status.best.speedup > 1.0
+    conds = {c.type: c for c in status.conditions}
+    assert conds["Ready"].status == "True" and conds["Reconciling"].status == "False"
+    assert conds["Stalled"].status == "False" and conds["Complete"].reason == "Improved"
+    assert status.baseline.bottleneck and status.trials_done.endswith("/6")
+    started = [e.trial for e in events if e.reason == "TrialStarted"]
+    assert started == [t.id for t in status.trials]  # one start event per trial, in order
+
+
+def test_step_is_pure():
+    spec = job()
+    status = RLTuningJobStatus()
+    d = L.step(spec, status, {}, 1_000_000.0)
+    assert status.trials == [] and status.phase == Phase.PENDING  # the input is untouched
+    assert d.status.phase == Phase.PROFILING and d.started == ["baseline"]
+    again = L.step(spec, status, {}, 1_000_000.0)
+    assert again.status.dump() == d.status.dump()
+
+
+def test_out_of_memory_is_a_cause_not_a_message_to_parse():
+    spec = job(budget={"maxTrials": 3, "parallelTrials": 1, "stepsPerTrial": 4, "maxFailedTrials": 3,
+                       "confirmSteps": 0})
+
+    def oom_search(t, cfg):
+        if t.kind == "search":
+            return L.Observation(placed=True, failure="OOMKilled: exit code 137", exit_code=137,
+                                 exported_reason="CUDA out of memory in the trainer")
+        return ok(t, cfg)
+
+    status, _ = drive(spec, oom_search)
+    failed = [t for t in status.trials if t.kind == "search"]
+    assert failed and all(t.state == TrialState.FAILED and t.cause == FailureCause.OUT_OF_MEMORY for t in failed)
+    assert status.phase == Phase.FAILED and "TooManyFailedTrials" in {c.reason for c in status.conditions}
+    # the Tuner rebuilt from the status learns from the OOMs without reading their text
+    tuner = R.make_tuner(spec, status.trials)
+    assert len(tuner.forecaster._fences) == len(failed)
+
+
+def test_a_failed_pod_waits_briefly_for_the_trials_own_reason():
+    spec = job()
+    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    d = L.step(spec, d.status, {"baseline": L.Observation(placed=True)}, 1001.0)
+    crashed = L.Observation(placed=True, failure="Error: exit code 1")
+    d2 = L.step(spec, d.status, {"baseline": crashed}, 1002.0)
+    assert d2.status.trials[0].state == TrialState.RUNNING  # within the grace period
+    d3 = L.step(spec, d2.status, {"baseline": crashed}, 1002.0 + L.REASON_GRACE_SECONDS + 1)
+    t = d3.status.trials[0]
+    assert t.state == TrialState.FAILED and t.cause == FailureCause.CRASHED and "exit code 1" in t.reason
+    assert d3.status.phase == Phase.FAILED and "BaselineFailed" in {c.reason for c in d3.status.conditions}
+
+
+def test_a_refused_baseline_fails_the_job_with_the_drivers_message():
+    spec = job()
+    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    r = L.Refusal(FailureCause.NO_MATCHING_NODES, "no node carries nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3")
+    d = L.step(spec, d.status, {"baseline": L.Observation(refused=r)}, 1001.0)
+    conds = {c.type: c for c in d.status.conditions}
+    assert d.status.phase == Phase.FAILED and conds["PodsSchedulable"].reason == "NoMatchingNodes"
+    assert conds["Stalled"].status == "True" and "NVIDIA-H100" in conds["PodsSchedulable"].message
+    assert d.status.trials[0].state == TrialState.UNSCHEDULABLE and "baseline" in d.teardown
+
+
+def test_scoring_waits_for_every_step_and_never_guesses():
+    spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4, "metricsTimeoutSeconds": 30})
+    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    cfg = spec.baseline
+    partial = L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=2))
+    d = L.step(spec, d.status, {"baseline": partial}, 1001.0)
+    assert d.status.trials[0].state == TrialState.SCORING
+    d = L.step(spec, d.status, {"baseline": partial}, 1001.0 + 31)
+    t = d.status.trials[0]
+    assert t.state == TrialState.METRICS_UNAVAILABLE and t.cause == FailureCause.METRICS_UNAVAILABLE
+    assert t.measured_seconds is None
+
+
+def test_a_spec_change_resumes_a_finished_search():
+    spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4, "confirmSteps": 0})
+    status, _ = drive(spec)
+    assert status.phase == Phase.SUCCEEDED
+    more = job(budget={"maxTrials": 4, "parallelTrials": 1, "stepsPerTrial": 4, "confirmSteps": 0})
+    d = L.step(more, status, {}, 2_000_000.0, generation=2)
+    assert d.status.phase == Phase.SEARCHING and any(e.reason == "Resumed" for e in d.events)
+    assert d.status.observed_generation == 2
