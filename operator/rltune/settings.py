@@ -17,8 +17,6 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-DEFAULT_PROMETHEUS = "http://127.0.0.1:19090"
-DEFAULT_PUSHGATEWAY = "http://127.0.0.1:19091"
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
 
@@ -37,14 +35,14 @@ def _url(v: Optional[str], field: str) -> Optional[str]:
 class PrometheusSettings(_Model):
     """Where trials are scored. Managed Prometheus services want a bearer token and their own CA."""
 
-    url: str = Field(DEFAULT_PROMETHEUS, description="PromQL HTTP API base URL.")
+    url: Optional[str] = Field(None, description="PromQL HTTP API base URL (no default: a cluster's own).")
     bearer_token_file: Optional[str] = Field(None, description="File holding a bearer token for Prometheus.")
     ca_file: Optional[str] = Field(None, description="CA bundle that signed Prometheus' TLS certificate.")
 
     @field_validator("url")
     @classmethod
-    def _check_url(cls, v: str) -> str:
-        return _url(v, "prometheus.url") or DEFAULT_PROMETHEUS
+    def _check_url(cls, v: Optional[str]) -> Optional[str]:
+        return _url(v, "prometheus.url")
 
 
 class GpuPoolSettings(_Model):
@@ -80,7 +78,7 @@ class PodSecurityBounds(_Model):
 
 class OperatorSettings(_Model):
     prometheus: PrometheusSettings = Field(default_factory=PrometheusSettings)
-    pushgateway_url: str = DEFAULT_PUSHGATEWAY
+    pushgateway_url: Optional[str] = Field(None, description="Where trials push their metrics (no default).")
     namespaces: list[str] = Field(default_factory=list, description="Watched namespaces; empty = all.")
     gpu_pool: GpuPoolSettings = Field(default_factory=GpuPoolSettings)
     trial_defaults: TrialDefaults = Field(default_factory=TrialDefaults)
@@ -90,8 +88,14 @@ class OperatorSettings(_Model):
 
     @field_validator("pushgateway_url")
     @classmethod
-    def _check_pgw(cls, v: str) -> str:
-        return _url(v, "pushgatewayUrl") or DEFAULT_PUSHGATEWAY
+    def _check_pgw(cls, v: Optional[str]) -> Optional[str]:
+        return _url(v, "pushgatewayUrl")
+
+    def missing(self) -> list[str]:
+        """What an operator cannot run without (a job may still name its own URLs)."""
+        return [f"{name} (chart value {value}, or env {env})" for name, ok, value, env in (
+            ("the Prometheus URL", self.prometheus.url, "prometheus.url", "RLTUNE_PROMETHEUS_URL"),
+            ("the Pushgateway URL", self.pushgateway_url, "pushgateway.url", "RLTUNE_PUSHGATEWAY_URL")) if not ok]
 
 
 # environment variable -> (path of the field, parser)

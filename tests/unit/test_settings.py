@@ -10,7 +10,9 @@ from rltune.controller import prom
 
 def test_defaults_without_a_file():
     s = S.load(None, environ={})
-    assert s.prometheus.url == S.DEFAULT_PROMETHEUS and s.pushgateway_url == S.DEFAULT_PUSHGATEWAY
+    # no default endpoints (the test bed's ports are no production default): the operator says so
+    assert s.prometheus.url is None and s.pushgateway_url is None
+    assert [m.split(" (")[0] for m in s.missing()] == ["the Prometheus URL", "the Pushgateway URL"]
     assert s.namespaces == [] and s.pod_security.allow_host_path is False
     assert s.gpu_pool.tolerations == [S.GPU_TOLERATION]
 
@@ -63,3 +65,15 @@ def test_prometheus_token_goes_only_to_the_operators_own_prometheus(tmp_path):
             prom._auth("https://prom.example:9090")
     finally:
         S._current = old
+
+
+def test_operator_refuses_to_start_unconfigured(monkeypatch, capsys):
+    from rltune.controller import run
+
+    for var in ("RLTUNE_PROMETHEUS_URL", "RLTUNE_PUSHGATEWAY_URL", "RLTUNE_CONFIG"):
+        monkeypatch.delenv(var, raising=False)
+    p = run.argparse.ArgumentParser()
+    run.add_arguments(p)
+    assert run.run(p.parse_args([])) == 2
+    err = capsys.readouterr().err
+    assert "prometheus.url" in err and "RLTUNE_PUSHGATEWAY_URL" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -24,11 +25,23 @@ class KubeCluster:
 
     def __init__(self, api_client: Optional[client.ApiClient] = None, group: str = GROUP, version: str = VERSION,
                  plural: str = PLURAL):
-        self.api = api_client or client.ApiClient()
-        self.core = client.CoreV1Api(self.api)
-        self.custom = client.CustomObjectsApi(self.api)
+        self._api = api_client
         self.group, self.version, self.plural = group, version, plural
         self._nodes: Optional[tuple[float, list[dict]]] = None
+
+    @functools.cached_property
+    def api(self) -> client.ApiClient:
+        """Made on first use: the operator builds its KubeCluster at start-up, before kopf has logged
+        in and loaded the client configuration (in-cluster or kubeconfig)."""
+        return self._api or client.ApiClient()
+
+    @functools.cached_property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @functools.cached_property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
 
     def get_job(self, namespace: str, name: str) -> Optional[dict]:
         try:

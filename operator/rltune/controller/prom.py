@@ -18,11 +18,16 @@ from ..settings import current as settings
 
 
 def prometheus_url(spec_url: Optional[str]) -> str:
-    return (spec_url or settings().prometheus.url).rstrip("/")
+    url = spec_url or settings().prometheus.url
+    if not url:
+        raise MetricsError("no Prometheus URL: set the chart value prometheus.url (env RLTUNE_PROMETHEUS_URL) "
+                           "or the job's spec.metrics.prometheusUrl")
+    return url.rstrip("/")
 
 
-def pushgateway_url(spec_url: Optional[str]) -> str:
-    return (spec_url or settings().pushgateway_url).rstrip("/")
+def pushgateway_url(spec_url: Optional[str]) -> Optional[str]:
+    url = spec_url or settings().pushgateway_url
+    return url.rstrip("/") if url else None
 
 
 def _auth(prom: str) -> dict[str, Any]:
@@ -30,7 +35,7 @@ def _auth(prom: str) -> dict[str, Any]:
     Prometheus services). Never for a URL a job named itself: a job must not be able to make the
     operator send its token to a server of the job author's choosing."""
     s = settings().prometheus
-    if prom.rstrip("/") != s.url.rstrip("/"):
+    if not s.url or prom.rstrip("/") != s.url.rstrip("/"):
         return {}
     opts: dict[str, Any] = {}
     if s.bearer_token_file:

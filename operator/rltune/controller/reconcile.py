@@ -190,7 +190,10 @@ class Reconciler:
                  namespace: str, name: str) -> dict[str, L.Observation]:
         """What the pods and Prometheus say of each active trial. Metrics are read only where the
         lifecycle needs them: trials being scored, finishing, or (search) candidates for early stop."""
-        prom_url = prom.prometheus_url(spec.metrics.prometheus_url)
+        try:
+            prom_url, no_prom = prom.prometheus_url(spec.metrics.prometheus_url), ""
+        except prom.MetricsError as e:  # nothing can be scored: trials end MetricsUnavailable, saying why
+            prom_url, no_prom = "", str(e)
         names = spec.metrics.names
         out: dict[str, L.Observation] = {}
         for t in status.trials:
@@ -203,11 +206,12 @@ class Reconciler:
             placed = len(pods) >= n and all(P.is_scheduled(p) for p in pods)
             done = t.state != TrialState.PENDING and (rank0 is None or P.pod_phase(rank0) == "Succeeded")
             failure = P.failure_reason(failed[0]) if failed else ""
-            exported = self.metrics.reason(prom_url, namespace, name, t.id, names) if failed else None
+            exported = self.metrics.reason(prom_url, namespace, name, t.id, names) if failed and prom_url else None
             steps, err = None, ""
             if not failed and (t.state == TrialState.SCORING or (t.state == TrialState.RUNNING and (done or t.kind == "search"))):
                 try:
-                    steps = self.metrics.steps(prom_url, namespace, name, t.id, names)
+                    steps = self.metrics.steps(prom_url, namespace, name, t.id, names) if prom_url else []
+                    err = no_prom
                 except prom.MetricsError as e:
                     steps, err = [], str(e)
             out[t.id] = L.Observation(

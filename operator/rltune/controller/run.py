@@ -44,6 +44,9 @@ def run(args: Optional[argparse.Namespace] = None) -> int:
         return 2
     if args.namespace:
         settings.namespaces = list(args.namespace)
+    if settings.missing():
+        print("rltune operator: not configured: " + "; ".join(settings.missing()), file=sys.stderr)
+        return 2
     settings_mod.install(settings)
 
     import kopf
