@@ -26,6 +26,20 @@ def test_image_mapping_regex_matches_globs():
         assert not rx.match(img), img
 
 
+def test_kwok_stages_are_data_with_the_runner_images_filled_in():
+    """hack/kwok/*.yaml are the Stages; the pods the runner executes are excluded from kwok's own
+    completion and deletion by the image selector filled in for @MAPPED_IMAGES@."""
+    import re
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(testbed.kwok_config())}
+    assert len(docs) == len(list(testbed.KWOK_STAGES.glob("*.yaml")))
+    assert testbed.MAPPED_IMAGES not in testbed.kwok_config()
+    for stage in ("rltune-pod-complete", "rltune-pod-delete"):
+        keys = [e["key"] for e in docs[stage]["spec"]["selector"]["matchExpressions"]]
+        sel = next(k for k in keys if "image" in k)
+        rx = re.search(r'test\("(.*)"\)', sel).group(1).replace("\\\\", "\\")
+        assert re.match(rx, "ghcr.io/rltune/trial:0.1.0") and not re.match(rx, "nginx")
+
+
 def test_kwok_config_is_valid_yaml_with_stages():
     docs = list(yaml.safe_load_all(testbed.kwok_config()))
     names = {d["metadata"]["name"] for d in docs}
