@@ -95,6 +95,9 @@ class KubeCluster:
             msg = body.get("message") or e.reason or str(e.status)
             quota = e.status == 403 and "exceeded quota" in msg
             return Refusal(msg[:800], permanent=not quota)
+        except ValueError as e:  # the client library's own model validation refused the body
+            return Refusal("invalid (the Kubernetes client's schema check, before the API server): "
+                           + " ".join(str(e).split())[:760], permanent=True)
 
     def list_trial_pods(self, namespace: str, job: str) -> list[dict]:
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{P.LABEL_JOB}={job}")

@@ -234,21 +234,22 @@ class Reconciler:
         """Why the trial cannot get its pods: no node can hold one (each pod is checked against the
         cluster's nodes), or the API server refuses one (asked as a server-side dry run: validation,
         strict field checks, admission and Pod Security). A full quota is no refusal: it may pass later."""
-        trial_pods = [m for m in manifests if m["kind"] == "Pod"]
-        if trial_pods:
-            nodes = self.cluster.list_nodes()
-            for m in trial_pods:
-                why = placement.check_pool(nodes, m["spec"]) or \
-                    placement.check_gpus_per_node(nodes, m["spec"], gpus_per_node)
-                if why:
-                    return L.Refusal(FailureCause.NO_MATCHING_NODES, why)
+        # first whether the pods are valid at all (an invalid toleration would otherwise show up as
+        # a node it cannot tolerate), then whether the cluster has a node of the job's size for each
         for m in manifests:
             r = self.cluster.refusal(m)
             if r is not None and r.permanent:
                 return L.Refusal(FailureCause.POD_REJECTED,
-                                 f"the API server refused {m['kind'].lower()} {m['metadata']['name']}: {r.message}")
+                                 f"trial {m['kind'].lower()} {m['metadata']['name']} refused: {r.message}")
             if r is not None:
                 return QUOTA_FULL
+        trial_pods = [m for m in manifests if m["kind"] == "Pod"]
+        nodes = self.cluster.list_nodes() if trial_pods else []
+        for m in trial_pods:
+            why = placement.check_gpus_per_node(nodes, m["spec"], gpus_per_node) or \
+                placement.check_pool(nodes, m["spec"])
+            if why:
+                return L.Refusal(FailureCause.NO_MATCHING_NODES, why)
         return None
 
     # ------------------------------------------------------------------ write
