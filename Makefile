@@ -32,10 +32,10 @@ test: setup-real
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 demo: cluster-up     ## helm-install rltune on the bed and tune examples/twin-demo.yaml end to end
-	$(PY) -m rltune.demo
+	$(PY) hack/demo.py
 
 demo-down:           ## remove what `make demo` installed (its job, the Helm release, the namespaces)
-	$(PY) -m rltune.demo --down
+	$(PY) hack/demo.py --down
 
 crd:                 ## regenerate the CRD from the models: crds/ and the Helm chart's copy
 	$(PY) -m rltune.api.crdgen > crds/rltuningjobs.yaml

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 import bed as bedlib
-from rltune import demo
+import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"

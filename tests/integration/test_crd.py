@@ -12,7 +12,7 @@ import subprocess
 import pytest
 import yaml
 
-from rltune.demo import wait_crd_established
+from demo import wait_crd_established  # hack/demo.py
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

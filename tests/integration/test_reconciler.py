@@ -44,7 +44,7 @@ from rltune.controller import pods as P
 from rltune.controller import prom
 from rltune.controller.kube import KubeCluster
 from rltune.controller.reconcile import Reconciler
-from rltune.demo import wait_crd_established
+from demo import wait_crd_established  # hack/demo.py
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"

@@ -63,7 +63,7 @@ def test_node_manifest_gfd_labels_and_taint():
 
 
 def test_env_expansion():
-    from podrunner import expand
+    from podinvoke import expand
     assert expand("--x=$(A) $$(A) $(B)", {"A": "1"}) == "--x=1 $(A) $(B)"
 
 

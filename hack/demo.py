@@ -1,4 +1,4 @@
-"""`make demo`: install rltune with its Helm chart on the local test bed and tune
+"""`make demo` (test-bed tooling, not part of the rltune package): install rltune with its Helm chart on the local test bed and tune
 examples/twin-demo.yaml end to end; `make demo-down` removes it again.
 
 The Makefile brings the bed up first (`make cluster-up`); this script runs `helm upgrade --install`
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 CRD = REPO / "crds" / "rltuningjobs.yaml"
 CHART = REPO / "helm" / "rltune"
 EXAMPLE = REPO / "examples" / "twin-demo.yaml"
@@ -29,20 +29,14 @@ RELEASE, RELEASE_NS = "rltune", "rltune-system"
 
 
 def bed_env() -> dict[str, str]:
-    """Environment for kubectl and the operator, pointed at the local test bed."""
-    env = dict(os.environ)
-    sys.path.insert(0, str(REPO / "hack"))
-    try:
-        import testbed  # hack/testbed.py
+    """Environment for kubectl, helm and the operator, pointed at the local test bed."""
+    import testbed  # hack/testbed.py, beside this file
 
-        env.setdefault("KUBECONFIG", str(testbed.KUBECONFIG))
-        env.setdefault("RLTUNE_PROMETHEUS_URL", testbed.PROMETHEUS_URL)
-        env.setdefault("RLTUNE_PUSHGATEWAY_URL", testbed.PUSHGATEWAY_URL)
-        env["PATH"] = f"{testbed.bin_dir(build=False)}{os.pathsep}{env.get('PATH', '')}"
-    except Exception as e:  # noqa: BLE001 - fall back to whatever kubectl/KUBECONFIG the shell has
-        print(f"(test bed helpers unavailable: {e}; using the shell's kubectl)", file=sys.stderr)
-    finally:
-        sys.path.pop(0)
+    env = dict(os.environ)
+    env.setdefault("KUBECONFIG", str(testbed.KUBECONFIG))
+    env.setdefault("RLTUNE_PROMETHEUS_URL", testbed.PROMETHEUS_URL)
+    env.setdefault("RLTUNE_PUSHGATEWAY_URL", testbed.PUSHGATEWAY_URL)
+    env["PATH"] = f"{testbed.bin_dir(build=False)}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "operator"), env.get("PYTHONPATH", "")]))
     return env
 
@@ -183,8 +177,8 @@ def ensure_namespace(env: dict, ns: str) -> None:
 
 
 def changed_knobs(job: dict) -> list[tuple[str, object, object]]:
-    from .api.models import RLTuningJobSpec
-    from .tuner.records import config_changes, config_from_diff
+    from rltune.api.models import RLTuningJobSpec
+    from rltune.tuner.records import config_changes, config_from_diff
 
     spec = RLTuningJobSpec.model_validate(job["spec"])
     best = (job.get("status") or {}).get("best") or {}
@@ -193,7 +187,7 @@ def changed_knobs(job: dict) -> list[tuple[str, object, object]]:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rltune.demo")
+    p = argparse.ArgumentParser(prog="hack/demo.py")
     p.add_argument("--namespace", default="rltune-demo")
     p.add_argument("--file", default=str(EXAMPLE))
     p.add_argument("--timeout", type=float, default=900)
