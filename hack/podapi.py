@@ -125,7 +125,12 @@ class ApiClient:
                             yield ev["type"], obj
             except _Gone:
                 log("watch expired (410): relisting")
-                items, rv = self.list_pods()
+                try:
+                    items, rv = self.list_pods()
+                except Exception as e:  # noqa: BLE001 - the API server may be restarting: retry the relist
+                    log(f"relist failed: {e!r}; retrying")
+                    time.sleep(1)
+                    continue  # rv is still the expired one: the next watch answers 410 and relists again
                 yield "RELIST", items
             except Exception as e:  # noqa: BLE001 - reconnect
                 if stop.is_set():
