@@ -32,9 +32,10 @@ sys.path.insert(0, str(ROOT / "operator"))
 
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
 from rltune.api.status import TrialState  # noqa: E402
-from rltune.tuner.records import failure_cause  # noqa: E402
+from rltune.tuner.records import failure_cause, objective_of  # noqa: E402
 from rltune.tuner import Tuner, baseline_record, summarize  # noqa: E402
-from rltune.tuner.search import ROLLOUT_KNOBS, TRAINER_KNOBS, Space, flat_key  # noqa: E402
+from rltune.tuner.knobs import OUTER_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS  # noqa: E402
+from rltune.tuner.search import Space, flat_key  # noqa: E402
 from rltune import twin  # noqa: E402
 
 from bench.jobs import jobs as bench_jobs  # noqa: E402
@@ -48,14 +49,14 @@ STEPS, WARMUP = 4, 1
 
 def enumerate_space(space: Space) -> list[dict]:
     """Every valid configuration of the job's space (flat knob dicts), de-duplicated."""
-    from rltune.tuner import physics as P
+    from rltune.tuner import physics
 
     out, seen = [], set()
     r_all = space.halves(ROLLOUT_KNOBS)
     t_all = space.halves(TRAINER_KNOBS)
     for o in space.outer():
         ko = dict(space.base) | o
-        _, gt, gr = P.split(ko, space.budget, space.gpn)
+        _, gt, gr = physics.split(ko, space.budget, space.gpn)
         if gt < 1 or gr < 1:
             continue
         rs = [r for r in r_all if not space.rollout_valid(r, gr)]
@@ -70,10 +71,6 @@ def enumerate_space(space: Space) -> list[dict]:
                     seen.add(key)
                     out.append(k)
     return out
-
-
-def objective(spec: RLTuningJobSpec, step: float, gpus: int) -> float:
-    return step * gpus if spec.objective == "gpuSecondsPerStep" else step
 
 
 _W: dict = {}
@@ -94,7 +91,7 @@ def _true(k: dict):
                                      spec.resources.gpus_per_node, cfg, spec.workload.scenario)
     except twin.Infeasible:
         return None
-    return objective(spec, st, cfg.gpus), st
+    return objective_of(spec, st, cfg.gpus), st
 
 
 def true_objective(spec: RLTuningJobSpec, cfg: RLConfig):
@@ -199,7 +196,7 @@ def run_rltune(rn: Runner, base, budget: int, seed: int) -> dict:
 
 def _choices(space: Space) -> dict[str, list]:
     ch = {"gpus": space.gpus}
-    for k in ("placement", "async.staleness", "async.partialRollout", "weightSync") + ROLLOUT_KNOBS + TRAINER_KNOBS:
+    for k in OUTER_KNOBS + ROLLOUT_KNOBS + TRAINER_KNOBS:
         ch[k] = space.values[k]
     splits = sorted({t for g in space.gpus for t in space.trainer_splits(g)})
     ch["trainerGpus"] = splits or [None]

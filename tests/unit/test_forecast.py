@@ -111,17 +111,17 @@ def test_a_trial_with_a_straggling_step_teaches_less_than_a_steady_one():
 
 
 def test_selective_recompute_costs_more_on_long_agentic_episodes():
-    from rltune.tuner import physics as P
+    from rltune.tuner import physics
 
     spec = job()
-    mf = P.facts(spec.workload.model.resolved())
+    mf = physics.facts(spec.workload.model.resolved())
     short = task_facts(spec.workload.task)
     long = task_facts(job(workload={"framework": "twin", "model": {"preset": "seed-35b-a3b"},
                                     "task": {"kind": "agentic-coding", "maxResponseTokens": 65536,
                                              "meanResponseTokens": 20000, "turns": 30}}).workload.task)
 
     def cost(tf, rec):
-        return P.trainer_part(mf, tf, "B300", 16, 2, 1, 1, 8, 16384, rec, False)[2]
+        return physics.trainer_part(mf, tf, "B300", 16, 2, 1, 1, 8, 16384, rec, False).training
 
     sel_short, sel_long = cost(short, "selective") / cost(short, "none"), cost(long, "selective") / cost(long, "none")
     assert 1.0 < sel_short < 1.1  # a few % on math samples
@@ -161,21 +161,21 @@ def test_partial_rollout_re_prefills_what_was_in_flight(monkeypatch):
     """Sequences interrupted at the weight sync resume under new weights (stale KV cache), so a
     streaming rollout pays prefill for its in-flight contexts every step; a draining one only
     prefills the new prompts. Slower prefill therefore costs the streaming rollout more."""
-    from rltune.tuner import physics as P
+    from rltune.tuner import physics
 
     spec = job()
     sync = spec.baseline.with_knobs({"async.staleness": 1}).flat()
     stream = spec.baseline.with_knobs({"async.staleness": 1, "async.partialRollout": True}).flat()
 
     def gens():
-        P.rollout_part.cache_clear()
+        physics.rollout_part.cache_clear()
         fc = Forecaster(spec)
         return fc.raw(sync).phases["generation"], fc.raw(stream).phases["generation"]
 
     s0, p0 = gens()
-    monkeypatch.setattr(P, "PREFILL_EFF", P.PREFILL_EFF / 4)
+    monkeypatch.setattr(physics, "PREFILL_EFF", physics.PREFILL_EFF / 4)
     s1, p1 = gens()
-    P.rollout_part.cache_clear()
+    physics.rollout_part.cache_clear()
     assert s1 > s0 and p1 > p0
     assert p1 - p0 > 2.0 * (s1 - s0)
 

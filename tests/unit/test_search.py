@@ -2,17 +2,15 @@
 
 from rltune.api.status import FailureCause, TrialState
 from rltune.api.models import TaskSpec
-from rltune.tuner import Tuner, TrialRecord, baseline_record, summarize
+from rltune.tuner import Tuner, baseline_record, summarize
+from rltune.tuner.knobs import CATALOG
 from rltune.tuner.search import Space
 
 from test_tuner_fixtures import job, steps
 
 PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
-ALL_KNOBS = ["placement", "trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep", "trainer.microBatchTokens",
-             "trainer.recompute", "trainer.offload", "rollout.tp", "rollout.expertParallel",
-             "rollout.gpuMemoryUtilization", "rollout.maxNumSeqs", "rollout.maxNumBatchedTokens",
-             "rollout.cudaGraphs", "rollout.fp8", "async.staleness", "async.partialRollout", "weightSync"]
+ALL_KNOBS = [k.path for k in CATALOG]
 
 
 def _base(spec):

@@ -4,7 +4,6 @@ import json
 import math
 
 from rltune.api.status import FailureCause, TrialState
-from rltune.api.metrics import StepRecord
 from rltune.tuner import Tuner, TrialRecord, baseline_record, profile, summarize
 
 from test_tuner_fixtures import job, steps

@@ -6,7 +6,7 @@ import math
 import random
 
 from rltune.api.metrics import StepRecord
-from rltune.api.models import RLConfig, RLTuningJobSpec
+from rltune.api.models import RLTuningJobSpec
 
 
 def job(**over) -> RLTuningJobSpec:

@@ -344,10 +344,9 @@ def test_every_gpu_count_above_budget_leaves_no_configuration():
 
 
 def test_only_the_baseline_is_no_search():
-    frozen = ["placement", "trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep", "trainer.microBatchTokens",
-              "trainer.recompute", "trainer.offload", "rollout.tp", "rollout.expertParallel",
-              "rollout.gpuMemoryUtilization", "rollout.maxNumSeqs", "rollout.maxNumBatchedTokens", "rollout.cudaGraphs",
-              "rollout.fp8", "async.staleness", "async.partialRollout", "weightSync"]
+    from rltune.tuner.knobs import CATALOG
+
+    frozen = [k.path for k in CATALOG]
     p = one(with_(demo(), searchSpace={"frozen": frozen}))
     assert p.field == "spec.searchSpace" and "besides the baseline" in p.message and "unfreeze" in p.message
     # one more value is a search

@@ -2,7 +2,7 @@
 
 The operator stores the baseline TrialRecord and the list of trial TrialRecords in the resource
 status (JSON) and rebuilds a Tuner from them on every reconcile; the forecaster re-fits its
-corrections each time (a few small Gaussian processes: milliseconds).
+corrections each time (a few small Bayesian linear regressions: milliseconds).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from ..api.metrics import StepRecord
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..api.status import FailureCause, TrialState
 from . import gates as G
-from . import physics as P
+from . import physics
 from .forecast import ALL_FEATS, Forecaster, Prediction, features
-from .profile import ADDRESSES, Profile, profile
-from .records import config_changes
-from .search import Candidate, Space, candidates, explicit, flat_key
+from .profile import Profile, profile
+from .records import config_changes, objective_of
+from .search import Candidate, Space, candidates, expected_improvement, explicit, flat_key
 from .summary import TrialSummary, TunerModel, summarize
 
 TERMINAL = tuple(s for s in TrialState if s.is_terminal)
@@ -102,7 +102,7 @@ class Tuner:
 
     # ------------------------------------------------------------------ helpers
     def objective_of(self, step: float, gpus: int) -> float:
-        return step * gpus if self.spec.objective == "gpuSecondsPerStep" else step
+        return objective_of(self.spec, step, gpus)
 
     def profile(self) -> Optional[Profile]:
         if self._profile is None and self.baseline.summary is not None and not self.baseline.summary.failed:
@@ -214,13 +214,10 @@ class Tuner:
         if not cands:
             return []
         inc = self.incumbent()
-        mu = np.array([c.objective for c in cands])
-        sd = np.maximum(np.array([c.objective_std for c in cands]), 1e-9)
         if inc is None:  # no measurement yet: best forecast first
-            acq = -mu
+            acq = -np.array([c.objective for c in cands])
         else:
-            z = (inc - mu) / sd
-            acq = (inc - mu) * _ncdf(z) + sd * _npdf(z)
+            acq = expected_improvement(inc, cands)
             acq = acq * np.array([self.p_pass(c.k) for c in cands])  # constrained EI
         F = None
         out: list[Proposal] = []
@@ -235,7 +232,7 @@ class Tuner:
             out.append(self._proposal(cands[i], float(acq[i])))
             free -= int(gpus[i])
             if F is None:
-                F = np.array([[features(c.k, *P.split(c.k, self.budget, self.gpn))[x] for x in ALL_FEATS]
+                F = np.array([[features(c.k, *physics.split(c.k, self.budget, self.gpn))[x] for x in ALL_FEATS]
                               for c in cands])
             d2 = ((F - F[i]) ** 2).sum(1)
             pen = 1.0 - np.exp(-0.5 * d2 / 1.0)
@@ -307,10 +304,7 @@ class Tuner:
             return True, "search space exhausted"
         inc = self.incumbent()
         if inc is not None and len(finished) >= MIN_TRIALS_BEFORE_GAIN_STOP:
-            mu = np.array([c.objective for c in cands])
-            sd = np.maximum(np.array([c.objective_std for c in cands]), 1e-9)
-            z = (inc - mu) / sd
-            ei = (inc - mu) * _ncdf(z) + sd * _npdf(z)
+            ei = expected_improvement(inc, cands)
             if float(ei.max()) < MIN_GAIN * inc:
                 return True, (f"expected gain small: best expected improvement {float(ei.max()) / inc:.2%} "
                               f"< {MIN_GAIN:.1%} of the incumbent")
@@ -343,12 +337,3 @@ class Tuner:
         return TrialRecord(id=trial_id, config=p.config, gpus=p.gpus, predicted=p.predicted, predicted_std=p.std,
                            state=TrialState.PENDING, bottleneck=p.bottleneck, rationale=p.rationale)
 
-
-def _ncdf(z):
-    from math import erf
-    return 0.5 * (1.0 + np.vectorize(erf)(np.asarray(z) / math.sqrt(2.0)))
-
-
-def _npdf(z):
-    z = np.asarray(z)
-    return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)

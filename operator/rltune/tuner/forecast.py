@@ -30,17 +30,10 @@ from typing import Iterable, Optional
 import numpy as np
 
 from ..api.models import RLConfig, RLTuningJobSpec
-from . import physics as P
+from . import physics
+from .knobs import BY_PATH, CATALOG, calibrated, feature_names
 from .summary import TrialSummary
 
-ROLLOUT_FEATS = ("lgr", "rtp", "rep", "gmu", "mns", "mnbt", "graphs", "fp8", "stale", "partial")
-TRAINER_FEATS = ("lgt", "ttp", "tpp", "tcp", "tep", "mbt", "rec", "off")
-SYNC_FEATS = ("place", "ws_ce", "ws_disk", "rtp", "lgt", "lgr")
-PHASE_FEATS = {
-    "generation_bulk": ROLLOUT_FEATS, "generation_tail": ROLLOUT_FEATS,
-    "old_logprob": TRAINER_FEATS, "ref_logprob": TRAINER_FEATS, "training": TRAINER_FEATS,
-    "weight_sync": SYNC_FEATS,
-}
 # Calibrated quantities. The rollout is calibrated as a whole: how a workload splits it into bulk
 # and tail shifts with the knobs (partial rollout moves the tail into the next step's bulk), so
 # the split is informational and scales with the calibrated total.
@@ -53,23 +46,22 @@ def cal_value(phases: dict, p: str) -> float:
     return phases.get(p, 0.0)
 
 
-ALL_FEATS = tuple(dict.fromkeys(ROLLOUT_FEATS + TRAINER_FEATS + SYNC_FEATS))
+# The features of a configuration, in a fixed order (batch diversity sums squared differences
+# over it): the rollout GPUs and knobs, the trainer GPUs and knobs, then placement and sync.
+ALL_FEATS = ("lgr",) + feature_names("rollout", "async") + ("lgt",) + feature_names("trainer", "placement", "sync")
 
 PRIOR_SD = 0.30  # log-space prior sd of one knob value's correction to the physics (default)
+# Which side of the step each calibrated quantity belongs to (the knobs' priors are per side).
+SIDE = {"generation": "rollout", "old_logprob": "trainer", "ref_logprob": "trainer", "training": "trainer",
+        "weight_sync": "sync"}
+# Besides the knobs, the corrections see quantities derived from several knobs: the rollout and
+# trainer GPU counts (c:gr, c:gt), whether partial rollout streams (c:partial: it needs staleness
+# >= 1) and the GPU count (c:gpus). Their priors per side:
+DERIVED_SD = {"rollout": {"c:gr": 0.3, "c:partial": 0.5}, "trainer": {"c:gt": 0.2}, "sync": {"c:gt": 0.2, "c:gr": 0.2}}
 # How much the physics prior is trusted per knob (a trial that moves several knobs at once
-# attributes its surprise mostly to the knobs the physics knows least: partial rollout, EP, TP).
-KNOB_SD = {
-    # placement and staleness do not change how fast a rollout runs (only what overlaps it, which
-    # the composition models): near-certain physics, so surprises go to partial rollout and TP
-    "generation": {"c:partial": 0.5, "rollout.tp": 0.4, "rollout.expertParallel": 0.3, "placement": 0.08,
-                   "c:gr": 0.3, "async.staleness": 0.08, "rollout.fp8": 0.3, "rollout.gpuMemoryUtilization": 0.2,
-                   "rollout.maxNumSeqs": 0.2, "rollout.maxNumBatchedTokens": 0.15, "rollout.cudaGraphs": 0.2},
-    "training": {"trainer.ep": 0.4, "trainer.offload": 0.4, "trainer.tp": 0.3, "trainer.pp": 0.3,
-                 "trainer.cp": 0.3, "trainer.recompute": 0.3, "trainer.microBatchTokens": 0.2, "c:gt": 0.2,
-                 "placement": 0.15},
-    "weight_sync": {"placement": 0.6, "weightSync": 0.5, "rollout.tp": 0.3, "c:gt": 0.2, "c:gr": 0.2},
-}
-KNOB_SD["old_logprob"] = KNOB_SD["ref_logprob"] = KNOB_SD["training"]
+# attributes its surprise mostly to the knobs the physics knows least: partial rollout, EP, TP):
+# the catalog's priors, plus the derived quantities'.
+KNOB_SD = {p: {k: BY_PATH[k].prior_sd[side] for k in calibrated(side)} | DERIVED_SD[side] for p, side in SIDE.items()}
 INTERCEPT_SD = 1.0  # log-space prior sd of the overall correction (the cluster's efficiency)
 STEP_PRIOR_SD = 0.06
 STEP_INTERCEPT_SD = 0.15
@@ -79,38 +71,25 @@ STEP_INTERCEPT_SD = 0.15
 # cannot know (how many nodes a straggler can hit). docs/tuner.md "Calibration" has the numbers.
 NOISE_SD = 0.07
 
-ROLLOUT_KNOBS_C = ("c:gr", "placement", "rollout.tp", "rollout.expertParallel", "rollout.gpuMemoryUtilization",
-                   "rollout.maxNumSeqs", "rollout.maxNumBatchedTokens", "rollout.cudaGraphs", "rollout.fp8",
-                   "async.staleness", "c:partial")
-TRAINER_KNOBS_C = ("c:gt", "placement", "trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep",
-                   "trainer.microBatchTokens", "trainer.recompute", "trainer.offload")
-SYNC_KNOBS_C = ("placement", "weightSync", "rollout.tp", "c:gt", "c:gr")
-PHASE_KNOBS = {
-    "generation": ROLLOUT_KNOBS_C, "generation_bulk": ROLLOUT_KNOBS_C, "generation_tail": ROLLOUT_KNOBS_C,
-    "old_logprob": TRAINER_KNOBS_C, "ref_logprob": TRAINER_KNOBS_C, "training": TRAINER_KNOBS_C,
-    "weight_sync": SYNC_KNOBS_C,
-}
+# The columns of each side's correction, in a fixed order (the fit's column order).
+ROLLOUT_KNOBS_C = ("c:gr",) + calibrated("rollout") + ("c:partial",)
+TRAINER_KNOBS_C = ("c:gt",) + calibrated("trainer")
+SYNC_KNOBS_C = calibrated("sync") + ("c:gt", "c:gr")
+PHASE_KNOBS = {p: {"rollout": ROLLOUT_KNOBS_C, "trainer": TRAINER_KNOBS_C, "sync": SYNC_KNOBS_C}[side]
+               for p, side in SIDE.items()}
 ALL_KNOBS_C = tuple(dict.fromkeys(ROLLOUT_KNOBS_C + TRAINER_KNOBS_C + SYNC_KNOBS_C + ("async.partialRollout", "c:gpus")))
 UNCALIBRATED_SD = 0.30  # relative uncertainty of the physics prior with no measurement at all
 
 
 def features(k: dict, gpus: int, gt: int, gr: int) -> dict[str, float]:
-    rec = {"none": 0.0, "selective": 1.0, "full": 2.0}[k["trainer.recompute"]]
-    return {
-        "lgr": math.log2(max(gr, 1)), "lgt": math.log2(max(gt, 1)),
-        "place": 2.0 if k["placement"] == "disaggregated" else 0.0,
-        "rtp": math.log2(k["rollout.tp"]), "rep": 1.5 * bool(k["rollout.expertParallel"]),
-        "gmu": 5.0 * k["rollout.gpuMemoryUtilization"], "mns": math.log2(k["rollout.maxNumSeqs"]),
-        "mnbt": math.log2(k["rollout.maxNumBatchedTokens"]), "graphs": 2.0 * bool(k["rollout.cudaGraphs"]),
-        "fp8": 2.0 * bool(k["rollout.fp8"]), "stale": 1.5 * k["async.staleness"],
-        "partial": 2.0 * bool(k["async.partialRollout"] and k["async.staleness"] >= 1),
-        "ttp": math.log2(k["trainer.tp"]), "tpp": math.log2(k["trainer.pp"]), "tcp": math.log2(k["trainer.cp"]),
-        "tep": math.log2(k["trainer.ep"]), "mbt": math.log2(k["trainer.microBatchTokens"]), "rec": rec,
-        "off": 2.0 * bool(k["trainer.offload"]),
-        "ws_ce": 2.0 * (k["weightSync"] == "checkpoint-engine"), "ws_disk": 2.0 * (k["weightSync"] == "disk"),
-    } | {c: (k.get(c) if not c.startswith("c:") else None) for c in ALL_KNOBS_C} | {
-        "c:gr": gr, "c:gt": gt, "c:gpus": gpus,
-        "c:partial": bool(k["async.partialRollout"] and k["async.staleness"] >= 1),
+    """A configuration (flat knobs, its GPU split) as the forecaster sees it: the catalog's feature
+    encodings (ALL_FEATS), the knob values its corrections read, and the derived quantities."""
+    partial = bool(k["async.partialRollout"] and k["async.staleness"] >= 1)  # partial rollout streams
+    eff = k | {"async.partialRollout": partial}
+    enc = {f: fn(eff[kn.path]) for kn in CATALOG for f, fn in kn.features.items()}
+    return {"lgr": math.log2(max(gr, 1)), "lgt": math.log2(max(gt, 1))} | enc | {
+        c: (k.get(c) if not c.startswith("c:") else None) for c in ALL_KNOBS_C} | {
+        "c:gr": gr, "c:gt": gt, "c:gpus": gpus, "c:partial": partial,
     }
 
 
@@ -188,16 +167,16 @@ class Forecaster:
         self.absent: set[str] = set()
         self.additive: dict[str, float] = {}
         self._fences: list[tuple[str, float, float]] = []
-        self.limits = P.DEFAULT_LIMITS
+        self.limits = physics.DEFAULT_LIMITS
         # what ran proves it fits: widen the memory limits to every measured configuration
-        lim = dict(trainer_max=P.DEFAULT_LIMITS.trainer_max, rollout_min_free=P.DEFAULT_LIMITS.rollout_min_free,
-                   colocated_max=P.DEFAULT_LIMITS.colocated_max)
+        lim = dict(trainer_max=physics.DEFAULT_LIMITS.trainer_max, rollout_min_free=physics.DEFAULT_LIMITS.rollout_min_free,
+                   colocated_max=physics.DEFAULT_LIMITS.colocated_max)
         for cfg, _ in self.obs:
             bd = self.raw(cfg.flat())
             lim["trainer_max"] = max(lim["trainer_max"], bd.trainer_mem_frac)
             lim["rollout_min_free"] = min(lim["rollout_min_free"], bd.rollout_free_frac)
             lim["colocated_max"] = max(lim["colocated_max"], bd.colocated_frac)
-        self.limits = P.MemLimits(**lim)
+        self.limits = physics.MemLimits(**lim)
         for cfg, reason in oom_failures:
             bd = self.raw(cfg.flat())
             side = _oom_side(reason)
@@ -205,10 +184,10 @@ class Forecaster:
         self._fit()
 
     # ------------------------------------------------------------------ physics
-    def raw(self, k: dict) -> P.Breakdown:
-        return P.breakdown(self.model, self.task, self.gpu_type, self.gpn, k, self.budget, self.limits)
+    def raw(self, k: dict) -> physics.Breakdown:
+        return physics.breakdown(self.model, self.task, self.gpu_type, self.gpn, k, self.budget, self.limits)
 
-    def _fenced(self, bd: P.Breakdown) -> Optional[str]:
+    def _fenced(self, bd: physics.Breakdown) -> Optional[str]:
         for side, tm, rf in self._fences:
             t_hit = bd.trainer_mem_frac >= tm - 1e-9
             r_hit = bd.rollout_free_frac <= rf + 1e-9
@@ -218,10 +197,10 @@ class Forecaster:
 
     # ------------------------------------------------------------------ calibration
     def _fit(self) -> None:
-        self.gps: dict[str, _BLR] = {}
+        self.corrections: dict[str, _BLR] = {}  # calibrated quantity -> its log-ratio regression
         self.f_bulk = self.f_tail = 1.0
         self.eps: dict[str, float] = {}
-        self.step_gp: Optional[_BLR] = None
+        self.step_correction: Optional[_BLR] = None
         if not self.obs:
             return
         rows = []
@@ -230,7 +209,7 @@ class Forecaster:
             bd = self.raw(k)
             if not bd.feasible:  # physics thinks it cannot run but it did: use a neutral prior
                 continue
-            gpus, gt, gr = P.split(k, self.budget, self.gpn)
+            gpus, gt, gr = physics.split(k, self.budget, self.gpn)
             rows.append((k, s, bd, features(k, gpus, gt, gr)))
         if not rows:
             return
@@ -267,7 +246,7 @@ class Forecaster:
             eps = 0.02 * max(max(meas), 1e-9)
             self.eps[p] = eps
             y = np.array([math.log((m + eps) / (x + eps)) for m, x in zip(meas, pred)])
-            self.gps[p] = _BLR([r[3] for r in rows], y, PHASE_KNOBS[p], base_f, KNOB_SD.get(p, PRIOR_SD), INTERCEPT_SD,
+            self.corrections[p] = _BLR([r[3] for r in rows], y, PHASE_KNOBS[p], base_f, KNOB_SD.get(p, PRIOR_SD), INTERCEPT_SD,
                                noise)
         # step-level residual of the composition
         ys, Xs = [], []
@@ -275,13 +254,29 @@ class Forecaster:
             step, _ = self._compose_calibrated(k, bd, f)
             ys.append(math.log(s.step_time_mean / max(step, 1e-9)))
             Xs.append(f)
-        self.step_gp = _BLR(Xs, np.array(ys), ALL_KNOBS_C, base_f, STEP_PRIOR_SD, STEP_INTERCEPT_SD, noise)
+        self.step_correction = _BLR(Xs, np.array(ys), ALL_KNOBS_C, base_f, STEP_PRIOR_SD, STEP_INTERCEPT_SD, noise)
 
     def _phase_factors(self, feats: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        out = {}
-        for p, gp in self.gps.items():
-            out[p] = gp.predict(feats)
-        return out
+        return {p: c.predict(feats) for p, c in self.corrections.items()}
+
+    def calibrated_total(self, phases: tuple[str, ...], raws: list[dict[str, float]], feats: list[dict]) -> np.ndarray:
+        """Calibrated sum of `phases` for many configurations at once, from their physics values
+        (`raws`, stage-1 rollout already applied) and features: the search ranks the rollout and
+        trainer halves of a space with it before composing whole configurations."""
+        tot = np.zeros(len(raws))
+        for p in phases:
+            if p in self.absent:
+                continue
+            vals = np.array([r.get(p, 0.0) for r in raws])
+            if p in self.additive:
+                tot += self.additive[p]
+            elif p in self.corrections:
+                m, _ = self.corrections[p].predict(feats)
+                e = self.eps.get(p, 0.0)
+                tot += np.maximum(0.0, (vals + e) * np.exp(m) - e)
+            else:
+                tot += vals
+        return tot
 
     def gen_raw(self, bulk: float, tail: float) -> float:
         """Stage-1 rollout estimate from the physics' bulk and tail. The factors are measured on
@@ -310,15 +305,15 @@ class Forecaster:
                 phases[p] = self.additive[p]
             elif factors is not None and p in factors:
                 phases[p] = self._apply(p, raw, factors[p][0][i])
-            elif factors is None and p in self.gps:
-                m, _ = self.gps[p].predict([f])
+            elif factors is None and p in self.corrections:
+                m, _ = self.corrections[p].predict([f])
                 phases[p] = self._apply(p, raw, m[0])
             else:
                 phases[p] = raw
         raw_gen = self._raw_value(bd.phases, "generation")
-        for sub in P.SUB_PHASES:
+        for sub in physics.SUB_PHASES:
             phases[sub] = bd.phases.get(sub, 0.0) * (phases["generation"] / raw_gen if raw_gen > 0 else 1.0)
-        return P.compose(phases, k)
+        return physics.compose(phases, k)
 
     # ------------------------------------------------------------------ prediction
     def predict(self, cfg: RLConfig | dict) -> Prediction:
@@ -330,7 +325,7 @@ class Forecaster:
         live, feats, bds = [], [], []
         for i, k in enumerate(ks):
             bd = self.raw(k)
-            gpus, gt, gr = P.split(k, self.budget, self.gpn)
+            gpus, gt, gr = physics.split(k, self.budget, self.gpn)
             if bd.feasible:
                 fence = self._fenced(bd)
                 if fence:
@@ -344,13 +339,13 @@ class Forecaster:
             bds.append(bd)
         if not live:
             return out  # type: ignore[return-value]
-        factors = self._phase_factors(feats) if self.gps else {}
-        if self.step_gp is not None:
-            sm, ss = self.step_gp.predict(feats)
+        factors = self._phase_factors(feats) if self.corrections else {}
+        if self.step_correction is not None:
+            sm, ss = self.step_correction.predict(feats)
         for j, (i, k, gpus) in enumerate(live):
             bd, f = bds[j], feats[j]
             step, phases = self._compose_calibrated(k, bd, f, factors, j)
-            if self.calibrated and self.step_gp is not None:
+            if self.calibrated and self.step_correction is not None:
                 var = 0.0
                 for p, (m, s) in factors.items():
                     var += (phases.get(p, 0.0) * s[j]) ** 2
@@ -364,11 +359,11 @@ class Forecaster:
         return out  # type: ignore[return-value]
 
 
-def measured_task(task, obs) -> P.TaskFacts:
+def measured_task(task, obs) -> physics.TaskFacts:
     """The task as the first measurement saw it: the mean response length the spec declares is a
     guess (truncation at the context limit, early stops); the generated tokens per step are not.
     (The tool wait per generated token stays the declared turn's: truncation drops whole turns.)"""
-    tf = P.task_facts_cached(task)
+    tf = physics.task_facts_cached(task)
     mean = obs[0][1].generated_tokens / tf.n_seq if obs else 0.0
     if not 0.05 * tf.mean_len <= mean <= tf.max_len:
         return tf

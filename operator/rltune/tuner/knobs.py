@@ -1,10 +1,14 @@
-"""The knob catalog: every canonical performance knob the tuner may move.
+"""The knob catalog: every canonical performance knob the tuner may move, and all it knows of one.
 
-Each knob has a type, a default range (used when the job's searchSpace does not list values),
-the default it takes in `RLConfig`, a validity rule (checked per configuration in
-`rltune.tuner.search.validity`) and a note on what it trades. Algorithm parameters (the job's
-TaskSpec: prompts per step, samples per prompt, lengths, learning rate, loss) are not knobs and
-are never changed.
+Each knob has a group (which half of a configuration it belongs to: the search composes rollout
+and trainer halves under an outer context), a type, a default range (used when the job's
+searchSpace does not list values), the default it takes in `RLConfig`, a validity rule (checked
+per configuration in `Space.rollout_valid`/`Space.trainer_valid`/`Space.outer`), a note on what
+it trades, its feature encoding (the distances that keep a batch of proposals diverse) and its
+prior in the forecaster (how far the physics is trusted on this knob, per side of the step it
+changes). Modules derive their knob lists from here. Algorithm parameters (the job's TaskSpec:
+prompts per step, samples per prompt, lengths, learning rate, loss) are not knobs and are never
+changed.
 
 Ranges are deliberately modest: the default product of all ranges is what `rltune plan`
 enumerates, so it must stay in the tens of thousands of valid configurations.
@@ -12,21 +16,45 @@ enumerates, so it must stay in the tens of thousands of valid configurations.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Literal, Mapping
 
 from ..api.models import ModelArch, RLTuningJobSpec
+
+# placement: where the halves run (placement, trainer split); sync: how weights move; trainer and
+# rollout: the two halves; async: what may overlap; cpu: the real-mode CPU split.
+Group = Literal["placement", "sync", "trainer", "rollout", "async", "cpu"]
+# The sides of a step the forecaster calibrates separately: the rollout (generation), the trainer
+# (log-prob passes and update) and the weight sync.
+Side = Literal["rollout", "trainer", "sync"]
 
 
 @dataclass(frozen=True)
 class Knob:
     path: str
+    group: Group
     type: str  # int | float | bool | enum
     default: Any
     values: Callable[[RLTuningJobSpec, ModelArch], list]  # default candidate values for a job
-    rule: str  # validity rule, human-readable (enforced in search.validity)
+    rule: str  # validity rule, human-readable
     trades: str  # what moving it trades
     moe_only: bool = False
+    layout: bool = False  # the validity rules read it (a parallel layout: divides heads, GPUs, experts)
+    # feature name -> encoding of the knob's value, scaled so that one "step" of any knob is a
+    # distance of about 1-2 (batch diversity)
+    features: Mapping[str, Callable[[Any], float]] = field(default_factory=dict)
+    # side -> log-space prior sd of this knob's correction to the physics of that side; the sides
+    # a knob has a prior for are the ones whose calibration sees it
+    prior_sd: Mapping[Side, float] = field(default_factory=dict)
+
+
+def _log2(v) -> float:
+    return math.log2(v)
+
+
+def _flag(v) -> float:
+    return 2.0 * bool(v)
 
 
 def _pow2_upto(n: int, start: int = 1) -> list[int]:
@@ -37,11 +65,7 @@ def _pow2_upto(n: int, start: int = 1) -> list[int]:
     return out
 
 
-def _rollout_tp(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
-    return [t for t in _pow2_upto(spec.resources.gpus_per_node) if m.heads % t == 0]
-
-
-def _trainer_tp(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
+def _tp(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
     return [t for t in _pow2_upto(spec.resources.gpus_per_node) if m.heads % t == 0]
 
 
@@ -52,73 +76,108 @@ def _trainer_ep(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
 
 
 CATALOG: list[Knob] = [
-    Knob("placement", "enum", "colocated", lambda s, m: ["colocated", "disaggregated"],
+    Knob("placement", "placement", "enum", "colocated", lambda s, m: ["colocated", "disaggregated"],
          "disaggregated needs at least one node per side",
          "colocated time-shares every GPU between rollout and trainer (no idle GPUs, no overlap); "
-         "disaggregated splits the pool so rollout and training can overlap under staleness >= 1"),
-    Knob("trainerGpus", "int", None, lambda s, m: [],  # derived from gpus by search (fractions of the pool)
+         "disaggregated splits the pool so rollout and training can overlap under staleness >= 1",
+         features={"place": lambda v: 2.0 if v == "disaggregated" else 0.0},
+         # placement does not change how fast a rollout runs (only what overlaps it, which the
+         # composition models): near-certain physics there
+         prior_sd={"rollout": 0.08, "trainer": 0.15, "sync": 0.6}),
+    Knob("trainerGpus", "placement", "int", None, lambda s, m: [],  # derived from gpus by search (fractions of the pool)
          "disaggregated only; whole nodes; 1/4..3/4 of the configuration's GPUs",
          "more trainer GPUs shorten training but leave fewer rollout replicas"),
-    Knob("trainer.tp", "int", 1, _trainer_tp,
+    Knob("weightSync", "sync", "enum", "nccl", lambda s, m: ["nccl", "checkpoint-engine"],
+         "none", "checkpoint-engine streams weights in buckets over every NIC; disk is slow but simple",
+         features={"ws_ce": lambda v: 2.0 * (v == "checkpoint-engine"), "ws_disk": lambda v: 2.0 * (v == "disk")},
+         prior_sd={"sync": 0.5}),
+    Knob("trainer.tp", "trainer", "int", 1, _tp,
          "divides heads; <= GPUs per node; tp*pp*cp divides the trainer GPUs",
-         "shards weights and activations (memory) at the price of all-reduce traffic"),
-    Knob("trainer.pp", "int", 1, lambda s, m: [1, 2, 4],
+         "shards weights and activations (memory) at the price of all-reduce traffic",
+         layout=True, features={"ttp": _log2}, prior_sd={"trainer": 0.3}),
+    Knob("trainer.pp", "trainer", "int", 1, lambda s, m: [1, 2, 4],
          "<= layers/4; tp*pp*cp divides the trainer GPUs",
-         "shards layers (memory) at the price of the pipeline bubble (PP-1)/(m+PP-1)"),
-    Knob("trainer.cp", "int", 1, lambda s, m: [1],
+         "shards layers (memory) at the price of the pipeline bubble (PP-1)/(m+PP-1)",
+         layout=True, features={"tpp": _log2}, prior_sd={"trainer": 0.3}),
+    Knob("trainer.cp", "trainer", "int", 1, lambda s, m: [1],
          "divides the trainer GPUs with tp*pp",
-         "splits long sequences (activation memory) at the price of ring attention traffic"),
-    Knob("trainer.ep", "int", 1, _trainer_ep,
+         "splits long sequences (activation memory) at the price of ring attention traffic",
+         layout=True, features={"tcp": _log2}, prior_sd={"trainer": 0.3}),
+    Knob("trainer.ep", "trainer", "int", 1, _trainer_ep,
          "MoE only; divides the routed experts; <= trainer GPUs / (pp*cp)",
          "shards experts (memory, fewer expert weights per GPU) at the price of all-to-all traffic",
-         moe_only=True),
-    Knob("trainer.microBatchTokens", "int", 16384, lambda s, m: [8192, 16384, 32768],
+         moe_only=True, layout=True, features={"tep": _log2}, prior_sd={"trainer": 0.4}),
+    Knob("trainer.microBatchTokens", "trainer", "int", 16384, lambda s, m: [8192, 16384, 32768],
          ">= max prompt + response tokens is not required (dynamic batch packs), activation memory must fit",
-         "bigger micro-batches raise GEMM efficiency and shrink the pipeline bubble, cost activation memory"),
-    Knob("trainer.recompute", "enum", "selective", lambda s, m: ["none", "selective", "full"],
+         "bigger micro-batches raise GEMM efficiency and shrink the pipeline bubble, cost activation memory",
+         features={"mbt": _log2}, prior_sd={"trainer": 0.2}),
+    Knob("trainer.recompute", "trainer", "enum", "selective", lambda s, m: ["none", "selective", "full"],
          "activation memory must fit",
-         "full recompute adds ~1/3 forward compute but frees almost all activation memory"),
-    Knob("trainer.offload", "bool", False, lambda s, m: [False, True],
-         "none", "offloading optimizer state frees GPU memory but slows every update"),
-    Knob("rollout.tp", "int", 1, _rollout_tp,
+         "full recompute adds ~1/3 forward compute but frees almost all activation memory",
+         features={"rec": lambda v: {"none": 0.0, "selective": 1.0, "full": 2.0}[v]}, prior_sd={"trainer": 0.3}),
+    Knob("trainer.offload", "trainer", "bool", False, lambda s, m: [False, True],
+         "none", "offloading optimizer state frees GPU memory but slows every update",
+         features={"off": _flag}, prior_sd={"trainer": 0.4}),
+    Knob("rollout.tp", "rollout", "int", 1, _tp,
          "divides heads; <= GPUs per node; divides the rollout GPUs; weights/tp must fit in the memory share",
-         "bigger TP: lower per-token latency (long tail) but fewer replicas and more all-reduce per token"),
-    Knob("rollout.expertParallel", "bool", False, lambda s, m: [False, True],
-         "MoE only", "expert parallel replaces TP all-reduce of expert layers by all-to-all", moe_only=True),
-    Knob("rollout.gpuMemoryUtilization", "float", 0.5, lambda s, m: [0.5, 0.6, 0.7, 0.8, 0.9],
+         "bigger TP: lower per-token latency (long tail) but fewer replicas and more all-reduce per token",
+         layout=True, features={"rtp": _log2}, prior_sd={"rollout": 0.4, "sync": 0.3}),
+    Knob("rollout.expertParallel", "rollout", "bool", False, lambda s, m: [False, True],
+         "MoE only", "expert parallel replaces TP all-reduce of expert layers by all-to-all", moe_only=True,
+         layout=True, features={"rep": lambda v: 1.5 * bool(v)}, prior_sd={"rollout": 0.3}),
+    Knob("rollout.gpuMemoryUtilization", "rollout", "float", 0.5, lambda s, m: [0.5, 0.6, 0.7, 0.8, 0.9],
          "weights/tp + activation peak must fit under it; colocated: the trainer must fit in the rest while it sleeps",
-         "more KV cache (more concurrent sequences, fewer preemptions) against memory for everything else"),
-    Knob("rollout.maxNumSeqs", "int", 256, lambda s, m: [128, 256, 512, 1024],
-         "none", "more concurrent sequences raise decode throughput until KV capacity runs out (preemption)"),
-    Knob("rollout.maxNumBatchedTokens", "int", 8192, lambda s, m: [8192, 16384],
-         "none", "bigger chunked-prefill budget speeds prefill, costs activation memory and decode latency"),
-    Knob("rollout.cudaGraphs", "bool", True, lambda s, m: [True],
-         "none", "CUDA graphs remove decode launch overhead at the price of some memory"),
-    Knob("rollout.fp8", "bool", False, lambda s, m: [False, True],
-         "none", "FP8 rollout weights halve weight reads (faster decode) but raise the log-prob mismatch"),
-    Knob("async.staleness", "int", 0, lambda s, m: list(range(0, s.constraints.max_staleness + 1)),
-         "<= constraints.maxStaleness", "lets rollout overlap training (and the long tail) at the price of off-policy samples"),
-    Knob("async.partialRollout", "bool", False, lambda s, m: [False, True],
-         "needs staleness >= 1", "cuts the long tail by resuming long generations under the next policy"),
-    Knob("weightSync", "enum", "nccl", lambda s, m: ["nccl", "checkpoint-engine"],
-         "none", "checkpoint-engine streams weights in buckets over every NIC; disk is slow but simple"),
+         "more KV cache (more concurrent sequences, fewer preemptions) against memory for everything else",
+         features={"gmu": lambda v: 5.0 * v}, prior_sd={"rollout": 0.2}),
+    Knob("rollout.maxNumSeqs", "rollout", "int", 256, lambda s, m: [128, 256, 512, 1024],
+         "none", "more concurrent sequences raise decode throughput until KV capacity runs out (preemption)",
+         features={"mns": _log2}, prior_sd={"rollout": 0.2}),
+    Knob("rollout.maxNumBatchedTokens", "rollout", "int", 8192, lambda s, m: [8192, 16384],
+         "none", "bigger chunked-prefill budget speeds prefill, costs activation memory and decode latency",
+         features={"mnbt": _log2}, prior_sd={"rollout": 0.15}),
+    Knob("rollout.cudaGraphs", "rollout", "bool", True, lambda s, m: [True],
+         "none", "CUDA graphs remove decode launch overhead at the price of some memory",
+         features={"graphs": _flag}, prior_sd={"rollout": 0.2}),
+    Knob("rollout.fp8", "rollout", "bool", False, lambda s, m: [False, True],
+         "none", "FP8 rollout weights halve weight reads (faster decode) but raise the log-prob mismatch",
+         features={"fp8": _flag}, prior_sd={"rollout": 0.3}),
+    Knob("async.staleness", "async", "int", 0, lambda s, m: list(range(0, s.constraints.max_staleness + 1)),
+         "<= constraints.maxStaleness", "lets rollout overlap training (and the long tail) at the price of off-policy samples",
+         # like placement: changes what overlaps a rollout, not its speed
+         features={"stale": lambda v: 1.5 * v}, prior_sd={"rollout": 0.08}),
+    # its correction is the forecaster's derived "partial rollout streams" (it needs staleness >= 1)
+    Knob("async.partialRollout", "async", "bool", False, lambda s, m: [False, True],
+         "needs staleness >= 1", "cuts the long tail by resuming long generations under the next policy",
+         features={"partial": _flag}),
     # Real mode on CPUs: only moved when the job lists values (no GPU physics speaks to them, so
     # the forecaster cannot rank them: trials measure them).
-    Knob("cpu.rolloutThreads", "int", None, lambda s, m: [],
+    Knob("cpu.rolloutThreads", "cpu", "int", None, lambda s, m: [],
          "real mode (gpuType CPU) only; listed values only",
          "more threads speed vLLM's decode, leave fewer cores to the trainer when they overlap"),
-    Knob("cpu.trainerThreads", "int", None, lambda s, m: [],
+    Knob("cpu.trainerThreads", "cpu", "int", None, lambda s, m: [],
          "real mode (gpuType CPU) only; listed values only",
          "more threads speed the torch update, leave fewer cores to the rollout when they overlap"),
 ]
-CPU_KNOBS = ("cpu.rolloutThreads", "cpu.trainerThreads")
-
 BY_PATH = {k.path: k for k in CATALOG}
-# Knobs that never move unless the job lists them explicitly (real-mode CPU split, GPU count).
-SEARCHABLE = [k.path for k in CATALOG]
 
 
-def catalog_table() -> list[dict]:
-    """The catalog as rows (for docs and `rltune plan --knobs`)."""
-    return [dict(path=k.path, type=k.type, default=k.default, rule=k.rule, trades=k.trades,
-                 moe_only=k.moe_only) for k in CATALOG]
+def in_group(*groups: Group) -> tuple[str, ...]:
+    """The paths of the knobs of these groups, group by group, in catalog order within a group."""
+    return tuple(k.path for g in groups for k in CATALOG if k.group == g)
+
+
+def feature_names(*groups: Group) -> tuple[str, ...]:
+    """The feature names of these groups' knobs, in the order of `in_group`."""
+    return tuple(f for p in in_group(*groups) for f in BY_PATH[p].features)
+
+
+def calibrated(side: Side) -> tuple[str, ...]:
+    """The knobs the forecaster's correction of `side` sees (catalog order: it is the column order of the fit)."""
+    return tuple(k.path for k in CATALOG if side in k.prior_sd)
+
+
+ROLLOUT_KNOBS = in_group("rollout")
+TRAINER_KNOBS = in_group("trainer")
+CPU_KNOBS = in_group("cpu")
+# What the search enumerates around the two halves (the trainer split is derived from the GPUs).
+OUTER_KNOBS = tuple(p for p in in_group("placement", "async", "sync") if p != "trainerGpus")

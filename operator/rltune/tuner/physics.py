@@ -61,6 +61,45 @@ class Breakdown:
 
 
 @dataclass(frozen=True)
+class RolloutPart:
+    """The rollout half of one configuration (depends only on the rollout GPUs, the rollout knobs
+    and whether partial rollout streams): seconds per step and the engines' memory picture."""
+
+    bulk: float  # rollout seconds other than the long tail and the engines' idle tool waits
+    tail: float  # seconds after the median response finished (the long tail)
+    tool: float  # seconds the engines idle while every live episode waits for a tool
+    feasible: bool
+    reason: str
+    kv_tokens: float  # KV-cache capacity per replica, tokens
+    free_frac: float  # (gmu*HBM - weights - reserves)/HBM
+    kv_pressure: float  # wanted concurrency / KV-limited concurrency
+    batch: float  # decode batch per replica
+    replicas: int
+
+    @classmethod
+    def refused(cls, reason: str) -> "RolloutPart":
+        return cls(0, 0, 0, False, reason, 0, 0, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class TrainerPart:
+    """The trainer half of one configuration (depends only on the trainer GPUs and the trainer
+    knobs): seconds per step of the three passes and the trainer's memory."""
+
+    old_logprob: float
+    ref_logprob: float
+    training: float
+    feasible: bool
+    reason: str
+    mem_frac: float  # trainer peak / HBM
+    weight_bytes: float  # bf16 weights resident per GPU
+
+    @classmethod
+    def refused(cls, reason: str) -> "TrainerPart":
+        return cls(0, 0, 0, False, reason, 0, 0)
+
+
+@dataclass(frozen=True)
 class ModelFacts:
     total: float
     active: float
@@ -183,12 +222,12 @@ def _survival(tf: TaskFacts, i: float) -> float:
 
 @lru_cache(maxsize=200_000)
 def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int, ep: bool, gmu: float,
-                 max_seqs: int, max_batched: int, graphs: bool, fp8: bool, partial: bool) -> tuple:
-    """(gen, tail, tool, feasible, reason, kv_tokens, free_frac, pressure, batch, replicas)."""
+                 max_seqs: int, max_batched: int, graphs: bool, fp8: bool, partial: bool) -> RolloutPart:
+    """The rollout half on `gpus_r` GPUs (cached: a search space is a product of halves)."""
     g = gpu_lookup(gname)
     replicas = gpus_r // tp
     if replicas < 1:
-        return (0, 0, 0, False, "fewer rollout GPUs than rollout TP", 0, 0, 0, 0, 0)
+        return RolloutPart.refused("fewer rollout GPUs than rollout TP")
     w_gpu = mf.total * (1.0 if fp8 else 2.0) / tp
     free = gmu * g.hbm_bytes - w_gpu - ROLLOUT_OVERHEAD_BYTES - (CUDA_GRAPH_BYTES if graphs else 0.0) \
         - max_batched * mf.hidden * 2.0 * 8
@@ -264,7 +303,7 @@ def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int
     # the long tail: time after the median response finished (tool idle is part of the wall time)
     tail = 0.0 if partial else min(max(0.0, gen - t_med), gen)
     gen -= tail + min(tool, gen - tail)
-    return (gen, tail, tool, True, "", kv_tokens, free_frac, pressure, b, replicas)
+    return RolloutPart(gen, tail, tool, True, "", kv_tokens, free_frac, pressure, b, replicas)
 
 
 # ------------------------------------------------------------------------------------ trainer
@@ -277,16 +316,16 @@ def gpn_of(g: GPU) -> int:
 
 @lru_cache(maxsize=200_000)
 def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int, pp: int, cp: int, ep: int,
-                 mbt: int, recompute: str, offload: bool) -> tuple:
-    """(old, ref, train, feasible, reason, mem_frac, params_bytes_per_gpu)."""
+                 mbt: int, recompute: str, offload: bool) -> TrainerPart:
+    """The trainer half on `gpus_t` GPUs (cached: a search space is a product of halves)."""
     g = gpu_lookup(gname)
     if gpus_t % (tp * pp * cp):
-        return (0, 0, 0, False, f"tp*pp*cp={tp * pp * cp} does not divide {gpus_t} trainer GPUs", 0, 0)
+        return TrainerPart.refused(f"tp*pp*cp={tp * pp * cp} does not divide {gpus_t} trainer GPUs")
     dp = gpus_t // (tp * pp * cp)
     if mf.moe_layers and (gpus_t // pp) % ep:
-        return (0, 0, 0, False, f"ep={ep} does not divide {gpus_t // pp} GPUs per pipeline stage", 0, 0)
+        return TrainerPart.refused(f"ep={ep} does not divide {gpus_t // pp} GPUs per pipeline stage")
     if not mf.moe_layers and ep > 1:
-        return (0, 0, 0, False, "expert parallel on a dense model", 0, 0)
+        return TrainerPart.refused("expert parallel on a dense model")
     seq = tf.prompt + tf.mean_len
     if tf.agentic:
         seq += tf.prompt * (tf.turns - 1)
@@ -347,7 +386,7 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
     logits = s * mf.vocab * 6.0 / tp
     mem = state + act + logits + TRAINER_TEMP_BYTES
     frac = mem / g.hbm_bytes  # memory feasibility is judged by the caller (MemLimits)
-    return (old, ref, train, True, "", frac, (ne_gpu + ex_gpu) * 2.0)
+    return TrainerPart(old, ref, train, True, "", frac, (ne_gpu + ex_gpu) * 2.0)
 
 
 # ------------------------------------------------------------------------------------ sync
@@ -420,15 +459,16 @@ def breakdown(model: ModelArch, task: "TaskSpec | TaskFacts", gpu_type: str, gpu
     tr = trainer_part(mf, tf, gpu_type, gt, k["trainer.tp"], k["trainer.pp"], k["trainer.cp"], k["trainer.ep"],
                       k["trainer.microBatchTokens"], k["trainer.recompute"], k["trainer.offload"])
     bd = Breakdown({}, trainer_gpus=gt, rollout_gpus=gr)
-    bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure, bd.batch, bd.replicas = ro[5:10]
-    bd.trainer_mem_frac = tr[5]
+    bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure = ro.kv_tokens, ro.free_frac, ro.kv_pressure
+    bd.batch, bd.replicas = ro.batch, ro.replicas
+    bd.trainer_mem_frac = tr.mem_frac
     if k["placement"] == "colocated" and not k["trainer.offload"]:
         # the trainer's bf16 weights stay resident while vLLM holds its memory share
-        bd.colocated_frac = (k["rollout.gpuMemoryUtilization"] * g.hbm_bytes + tr[6]) / g.hbm_bytes
-    if not ro[3]:
-        bd.feasible, bd.reason = False, ro[4]
-    elif not tr[3]:
-        bd.feasible, bd.reason = False, tr[4]
+        bd.colocated_frac = (k["rollout.gpuMemoryUtilization"] * g.hbm_bytes + tr.weight_bytes) / g.hbm_bytes
+    if not ro.feasible:
+        bd.feasible, bd.reason = False, ro.reason
+    elif not tr.feasible:
+        bd.feasible, bd.reason = False, tr.reason
     elif not limits.rollout_ok(bd.rollout_free_frac):
         bd.feasible, bd.memory = False, True
         bd.reason = (f"out of memory (rollout): weights leave no KV cache at gpuMemoryUtilization "
@@ -440,14 +480,14 @@ def breakdown(model: ModelArch, task: "TaskSpec | TaskFacts", gpu_type: str, gpu
     elif bd.colocated_frac > limits.colocated_max + 1e-9:
         bd.feasible, bd.memory = False, True
         bd.reason = (f"out of memory (colocated): vLLM share {k['rollout.gpuMemoryUtilization']:g} plus resident "
-                     f"trainer weights ({tr[6] / 1e9:.0f} GB) exceed GPU memory")
-    if not ro[3] or not tr[3]:
+                     f"trainer weights ({tr.weight_bytes / 1e9:.0f} GB) exceed GPU memory")
+    if not ro.feasible or not tr.feasible:
         return bd
     # Contract convention (docs/metrics.md): `generation` is the whole rollout wall time; the tail
     # and the tool time are parts of it, reported for the profile.
     bd.phases = {
-        "generation": ro[0] + ro[1] + ro[2], "generation_tail": ro[1], "tool": ro[2],
-        "old_logprob": tr[0], "ref_logprob": tr[1], "training": tr[2],
+        "generation": ro.bulk + ro.tail + ro.tool, "generation_tail": ro.tail, "tool": ro.tool,
+        "old_logprob": tr.old_logprob, "ref_logprob": tr.ref_logprob, "training": tr.training,
         "weight_sync": weight_sync(mf, g, k, gt, gr),
     }
     return bd

@@ -4,26 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
 from ..api.models import RLTuningJobSpec
 from .summary import TrialSummary, TunerModel
 
 Bottleneck = Literal["rollout-long-tail", "rollout-throughput", "kv-bound", "trainer-bound",
                      "weight-sync-bound", "imbalance"]
-
-# Which knobs address which bottleneck (used for rationale and batch diversity).
-ADDRESSES: dict[str, tuple[str, ...]] = {
-    "rollout-long-tail": ("async.partialRollout", "async.staleness", "rollout.tp", "placement"),
-    "rollout-throughput": ("rollout.tp", "rollout.maxNumSeqs", "rollout.fp8", "rollout.expertParallel",
-                           "rollout.cudaGraphs", "placement", "trainerGpus"),
-    "kv-bound": ("rollout.gpuMemoryUtilization", "rollout.tp", "rollout.maxNumSeqs", "rollout.fp8"),
-    "trainer-bound": ("trainer.tp", "trainer.pp", "trainer.ep", "trainer.microBatchTokens",
-                      "trainer.recompute", "trainer.offload", "trainerGpus"),
-    "weight-sync-bound": ("weightSync", "placement", "rollout.tp"),
-    "imbalance": ("trainerGpus", "placement", "async.staleness"),
-}
 
 
 class Profile(TunerModel):
@@ -49,7 +36,7 @@ def _s(x: float) -> str:
 def profile(spec: RLTuningJobSpec, baseline: TrialSummary) -> Profile:
     ph = dict(baseline.phases)
     step = max(baseline.step_time_mean, 1e-9)
-    gen, tail, tool = ph.get("generation", 0.0), ph.get("generation_tail", 0.0), ph.get("tool", 0.0)
+    gen, tail = ph.get("generation", 0.0), ph.get("generation_tail", 0.0)
     # Contract convention: `generation` is the rollout's wall time; tail and tool are parts of it.
     rollout = gen
     trainer = ph.get("old_logprob", 0.0) + ph.get("ref_logprob", 0.0) + ph.get("training", 0.0)

@@ -20,20 +20,15 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Iterable, Optional
 
 import numpy as np
 
 from ..api.models import ModelArch, RLConfig, RLTuningJobSpec
-from . import physics as P
+from . import physics
 from .forecast import Forecaster, features
-from .knobs import BY_PATH, CATALOG, CPU_KNOBS
-
-ROLLOUT_KNOBS = ("rollout.tp", "rollout.expertParallel", "rollout.gpuMemoryUtilization", "rollout.maxNumSeqs",
-                 "rollout.maxNumBatchedTokens", "rollout.cudaGraphs", "rollout.fp8")
-TRAINER_KNOBS = ("trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep", "trainer.microBatchTokens",
-                 "trainer.recompute", "trainer.offload")
-OUTER_KNOBS = ("placement", "async.staleness", "async.partialRollout", "weightSync")
+from .knobs import BY_PATH, CATALOG, CPU_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS
+from .records import objective_of
 
 
 def _uniq(xs: Iterable) -> list:
@@ -158,10 +153,13 @@ class Space:
 
     def size(self) -> int:
         """Configurations in the (unpruned) product, for display."""
-        n = 0
         r = math.prod(len(self.values[k]) for k in ROLLOUT_KNOBS)
         t = math.prod(len(self.values[k]) for k in TRAINER_KNOBS)
         return len(self.outer()) * r * t
+
+    def config_key(self, k: dict) -> str:
+        """Identity of a configuration of this space (see `flat_key`)."""
+        return flat_key(k, self.budget, self.gpn)
 
     def config(self, k: dict) -> RLConfig:
         """An explicit RLConfig from a flat knob dict: gpus always set, and the trainer split when
@@ -172,7 +170,7 @@ class Space:
 
     def all_valid(self, full: dict) -> Optional[str]:
         """Validity of a full flat config against the space (used for baseline-independent checks)."""
-        gpus, gt, gr = P.split(full, self.budget, self.gpn)
+        gpus, gt, gr = physics.split(full, self.budget, self.gpn)
         if gpus > self.budget:
             return f"uses {gpus} GPUs, budget {self.budget}"
         if full["async.staleness"] > self.spec.constraints.max_staleness:
@@ -202,26 +200,9 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
     if gpus_max is not None:
         outer = [o for o in outer if o["gpus"] <= gpus_max]
     gspec = space.spec
-    mf = P.facts_cached(space.model)
-    tf = P.task_facts_cached(gspec.workload.task)
+    mf = physics.facts_cached(space.model)
+    tf = physics.task_facts_cached(gspec.workload.task)
     gname = gspec.resources.gpu_type
-
-    def calib(phase_names, feats_list, raw_list):
-        """Calibrated sum of phases for a list of halves (GP phase factors)."""
-        tot = np.zeros(len(raw_list))
-        for p in phase_names:
-            if p in fc.absent:
-                continue
-            vals = np.array([r.get(p, 0.0) for r in raw_list])
-            if p in fc.additive:
-                tot += fc.additive[p]
-            elif p in fc.gps:
-                m, _ = fc.gps[p].predict(feats_list)
-                e = fc.eps.get(p, 0.0)
-                tot += np.maximum(0.0, (vals + e) * np.exp(m) - e)
-            else:
-                tot += vals
-        return tot
 
     best_r: dict[tuple, list[dict]] = {}
     best_t: dict[int, list[dict]] = {}
@@ -230,7 +211,7 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
     for o in outer:
         gpus = o["gpus"]
         ko = dict(base) | o
-        _, gt, gr = P.split(ko, space.budget, space.gpn)
+        _, gt, gr = physics.split(ko, space.budget, space.gpn)
         if gr < 1 or gt < 1:
             continue
         partial = bool(o["async.partialRollout"] and o["async.staleness"] >= 1)
@@ -240,17 +221,17 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
             for r in r_all:
                 if space.rollout_valid(r, gr):
                     continue
-                ro = P.rollout_part(mf, tf, gname, gr, r["rollout.tp"], bool(r["rollout.expertParallel"] and mf.moe_layers),
+                ro = physics.rollout_part(mf, tf, gname, gr, r["rollout.tp"], bool(r["rollout.expertParallel"] and mf.moe_layers),
                                     round(r["rollout.gpuMemoryUtilization"], 4), r["rollout.maxNumSeqs"],
                                     r["rollout.maxNumBatchedTokens"], r["rollout.cudaGraphs"], r["rollout.fp8"], partial)
-                if not ro[3] or not fc.limits.rollout_ok(ro[6]):
+                if not ro.feasible or not fc.limits.rollout_ok(ro.free_frac):
                     continue
                 kk = dict(ko) | r
                 rows.append(r)
                 feats.append(features(kk, gpus, gt, gr))
-                raws.append({"generation": fc.gen_raw(ro[0] + ro[2], ro[1])})
+                raws.append({"generation": fc.gen_raw(ro.bulk + ro.tool, ro.tail)})
             if rows:
-                tot = calib(("generation",), feats, raws)
+                tot = fc.calibrated_total(("generation",), raws, feats)
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
                 # keep diversity in the memory dimension (colocated memory coupling) and the baseline half
@@ -266,16 +247,16 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
             for t in t_all:
                 if space.trainer_valid(t, gt):
                     continue
-                tr = P.trainer_part(mf, tf, gname, gt, t["trainer.tp"], t["trainer.pp"], t["trainer.cp"], t["trainer.ep"],
+                tr = physics.trainer_part(mf, tf, gname, gt, t["trainer.tp"], t["trainer.pp"], t["trainer.cp"], t["trainer.ep"],
                                     t["trainer.microBatchTokens"], t["trainer.recompute"], t["trainer.offload"])
-                if not tr[3] or not fc.limits.trainer_ok(tr[5]):
+                if not tr.feasible or not fc.limits.trainer_ok(tr.mem_frac):
                     continue
                 kk = dict(ko) | t
                 rows.append(t)
                 feats.append(features(kk, gpus, gt, gr))
-                raws.append({"old_logprob": tr[0], "ref_logprob": tr[1], "training": tr[2]})
+                raws.append({"old_logprob": tr.old_logprob, "ref_logprob": tr.ref_logprob, "training": tr.training})
             if rows:
-                tot = calib(("old_logprob", "ref_logprob", "training"), feats, raws)
+                tot = fc.calibrated_total(("old_logprob", "ref_logprob", "training"), raws, feats)
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
                 # smallest resident weights (colocated memory coupling)
@@ -302,11 +283,27 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
     for k, p in zip(out, preds):
         if not p.feasible:
             continue
-        obj, ostd = p.step, p.std
-        if gspec.objective == "gpuSecondsPerStep":
-            obj, ostd = p.step * p.gpus, p.std * p.gpus
-        res.append(Candidate(k, p.step, p.std, obj, ostd, p.gpus, p.phases))
+        res.append(Candidate(k, p.step, p.std, objective_of(gspec, p.step, p.gpus), objective_of(gspec, p.std, p.gpus),
+                             p.gpus, p.phases))
     return res
+
+
+def expected_improvement(incumbent: float, cands: list[Candidate]) -> np.ndarray:
+    """Expected improvement of each candidate's objective over the incumbent's, under its forecast
+    (normal, mean `objective`, sd `objective_std`)."""
+    mu = np.array([c.objective for c in cands])
+    sd = np.maximum(np.array([c.objective_std for c in cands]), 1e-9)
+    z = (incumbent - mu) / sd
+    return (incumbent - mu) * _ncdf(z) + sd * _npdf(z)
+
+
+def _ncdf(z):
+    return 0.5 * (1.0 + np.vectorize(math.erf)(np.asarray(z) / math.sqrt(2.0)))
+
+
+def _npdf(z):
+    z = np.asarray(z)
+    return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
 
 
 def flat_key(k: dict, budget: int, gpn: int) -> str:
@@ -318,19 +315,12 @@ def flat_key(k: dict, budget: int, gpn: int) -> str:
     if kk.get("placement") == "colocated":
         kk["trainerGpus"] = None
     elif not kk.get("trainerGpus"):
-        kk["trainerGpus"] = P.split(k, budget, gpn)[1]
+        kk["trainerGpus"] = physics.split(k, budget, gpn)[1]
     return repr(sorted(kk.items(), key=lambda x: x[0]))
-
-
-Space.config_key = lambda self, k: flat_key(k, self.budget, self.gpn)  # type: ignore[attr-defined]
-
-
-def norm_key(cfg: RLConfig, budget: int, gpn: int) -> str:
-    return flat_key(cfg.flat(), budget, gpn)
 
 
 def explicit(cfg: RLConfig, budget: int, gpn: int) -> RLConfig:
     """The configuration with gpus (and trainerGpus when disaggregated) filled in."""
-    gpus, gt, _ = P.split(cfg.flat(), budget, gpn)
+    gpus, gt, _ = physics.split(cfg.flat(), budget, gpn)
     upd = {"gpus": gpus, "trainer_gpus": gt if cfg.placement == "disaggregated" else None}
     return cfg.model_copy(update=upd)

@@ -27,13 +27,13 @@ from typing import Any, Callable, Iterable, Optional
 from pydantic import ValidationError
 
 from ..api.models import RLConfig, RLTuningJobSpec
-from . import physics as P
-from .knobs import BY_PATH
-from .search import ROLLOUT_KNOBS, TRAINER_KNOBS, Space
+from . import physics
+from .knobs import BY_PATH, ROLLOUT_KNOBS, TRAINER_KNOBS
+from .search import Space
 
 # The knobs the layout rules read; the other knobs of a half never change its validity.
-ROLLOUT_LAYOUT = ("rollout.tp", "rollout.expertParallel")
-TRAINER_LAYOUT = ("trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep")
+ROLLOUT_LAYOUT = tuple(p for p in ROLLOUT_KNOBS if BY_PATH[p].layout)
+TRAINER_LAYOUT = tuple(p for p in TRAINER_KNOBS if BY_PATH[p].layout)
 _TRY = (1, 2, 4, 8, 16, 32, 64)  # parallel sizes offered as fixes
 
 
@@ -199,7 +199,7 @@ def _layout_problem(space: Space, side: str, reason: str, full: dict, gr: int, g
 def _baseline(space: Space) -> list[Problem]:
     """The baseline must be a configuration the search itself would accept (it is trial zero)."""
     base = space.base
-    gpus, gt, gr = P.split(base, space.budget, space.gpn)
+    gpus, gt, gr = physics.split(base, space.budget, space.gpn)
     if gpus > space.budget:
         return [Problem("spec.baseline.gpus", f"uses {gpus} GPUs, more than spec.resources.gpuBudget "
                         f"({space.budget}): raise the budget or lower baseline.gpus")]
@@ -261,7 +261,7 @@ def _some_valid_configuration(space: Space) -> list[Problem]:
     why_t: Counter = Counter()
     count, example = 0, None
     for o in outer:
-        _, gt, gr = P.split(dict(space.base) | o, space.budget, space.gpn)
+        _, gt, gr = physics.split(dict(space.base) | o, space.budget, space.gpn)
         if gr < 1 or gt < 1:
             continue
         if gr not in valid_r:
