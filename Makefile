@@ -2,10 +2,10 @@
 PY ?= .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo demo-down crd bench bench-forecast
+.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast
 
 help:
-	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test demo demo-down crd bench bench-forecast"
+	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast"
 
 setup:               ## install what the bed and demo need (apt, Go builds, .venv); idempotent
 	hack/setup.sh
@@ -30,6 +30,10 @@ kubeconfig:          ## print the test bed's admin kubeconfig path (use: make -s
 
 test: setup-real
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint:                ## ruff: the linter and the formatter's check (configured in pyproject.toml)
+	$(PY) -m ruff check operator hack tests bench
+	$(PY) -m ruff format --check operator hack tests bench
 
 demo: cluster-up     ## helm-install rltune on the bed and tune examples/twin-demo.yaml end to end
 	$(PY) hack/demo.py

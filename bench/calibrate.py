@@ -36,10 +36,24 @@ from rltune.twin.rollout import replica_cost, simulate_replica  # noqa: E402
 from rltune.twin.training import train_cost  # noqa: E402
 from rltune.twin.workload import Episodes  # noqa: E402
 
-LLAMA70 = ModelArch(name="llama-3.3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=28672,
-                    vocab=128256)
-GLM355 = ModelArch(name="glm-4.5-355b", layers=92, dense_layers=3, hidden=5120, heads=96, kv_heads=8, head_dim=128,
-                   ffn=12288, experts=160, active_experts=8, shared_experts=1, expert_ffn=1536, vocab=151552)
+LLAMA70 = ModelArch(
+    name="llama-3.3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=28672, vocab=128256
+)
+GLM355 = ModelArch(
+    name="glm-4.5-355b",
+    layers=92,
+    dense_layers=3,
+    hidden=5120,
+    heads=96,
+    kv_heads=8,
+    head_dim=128,
+    ffn=12288,
+    experts=160,
+    active_experts=8,
+    shared_experts=1,
+    expert_ffn=1536,
+    vocab=151552,
+)
 
 
 def preset(name: str) -> ModelArch:
@@ -59,6 +73,7 @@ class Row:
 
 # ------------------------------------------------------------------------------------------ RL rows
 
+
 def rl_row(model: ModelArch, task: TaskSpec, cfg: dict, scenario: dict, mapping: dict) -> Callable[[dict], dict]:
     c = RLConfig.model_validate(cfg)
 
@@ -73,92 +88,225 @@ def rl_row(model: ModelArch, task: TaskSpec, cfg: dict, scenario: dict, mapping:
     return run
 
 
-DAPO7_28K = TaskSpec(promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=2048, maxResponseTokens=28672,
-                     meanResponseTokens=1100, responseLengthCv=2.0)
-DAPO7_20K = TaskSpec(promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=2048, maxResponseTokens=20480,
-                     meanResponseTokens=1000, responseLengthCv=2.0)
-DAPO7_8K = TaskSpec(promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=2048, maxResponseTokens=8192,
-                    meanResponseTokens=1000, responseLengthCv=1.5)
+DAPO7_28K = TaskSpec(
+    promptsPerStep=512,
+    samplesPerPrompt=16,
+    maxPromptTokens=2048,
+    maxResponseTokens=28672,
+    meanResponseTokens=1100,
+    responseLengthCv=2.0,
+)
+DAPO7_20K = TaskSpec(
+    promptsPerStep=512,
+    samplesPerPrompt=16,
+    maxPromptTokens=2048,
+    maxResponseTokens=20480,
+    meanResponseTokens=1000,
+    responseLengthCv=2.0,
+)
+DAPO7_8K = TaskSpec(
+    promptsPerStep=512,
+    samplesPerPrompt=16,
+    maxPromptTokens=2048,
+    maxResponseTokens=8192,
+    meanResponseTokens=1000,
+    responseLengthCv=1.5,
+)
 GRPO30_8K = TaskSpec(promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=2048, maxResponseTokens=8192)
 
-VERL_FSDP_7B = dict(rollout=dict(tp=4, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=30720),
-                    trainer=dict(tp=1, cp=4, microBatchTokens=61440, recompute="full"))
+VERL_FSDP_7B = dict(
+    rollout=dict(tp=4, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=30720),
+    trainer=dict(tp=1, cp=4, microBatchTokens=61440, recompute="full"),
+)
 VERL_SCN = {"mini_batches": 16, "prompt_mean_tokens": 200}
 VERL_FSDP_SCN = {**VERL_SCN, "fsdp": True}
 M = {"step": "step", "gen": "generation", "old_log_prob": "old_logprob", "update": "training"}
 MA = {"step": "step", "gen (trainer wait)": "waiting", "update": "training"}
 
 RL_ROWS = [
-    Row("verl fully_async.md", "Qwen2.5-Math-7B DAPO 28k colocated 32xH20", "H20",
+    Row(
+        "verl fully_async.md",
+        "Qwen2.5-Math-7B DAPO 28k colocated 32xH20",
+        "H20",
         {"step": 790.10, "gen": 357.41, "old_log_prob": 107.71, "update": 313.81},
         rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=32, **VERL_FSDP_7B), VERL_FSDP_SCN, M),
         "FSDP2+Ulysses sp4 (as cp4), rollout tp4, gmu 0.8, maxNumSeqs 1024, ckpt on, 16 mini-batches, "
-        "mean response 1,100, CV 2 (assumed: the update times bound the trained tokens to ~1k/sample at H20 peak)"),
-    Row("verl fully_async.md", "Qwen2.5-Math-7B DAPO 28k colocated 64xH20", "H20",
+        "mean response 1,100, CV 2 (assumed: the update times bound the trained tokens to ~1k/sample at H20 peak)",
+    ),
+    Row(
+        "verl fully_async.md",
+        "Qwen2.5-Math-7B DAPO 28k colocated 64xH20",
+        "H20",
         {"step": 365.28, "gen": 150.72, "old_log_prob": 70.26, "update": 133.41},
-        rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=64, **VERL_FSDP_7B), VERL_FSDP_SCN, M), "as above"),
-    Row("verl fully_async.md", "Qwen2.5-Math-7B DAPO 28k colocated 128xH20", "H20",
+        rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=64, **VERL_FSDP_7B), VERL_FSDP_SCN, M),
+        "as above",
+    ),
+    Row(
+        "verl fully_async.md",
+        "Qwen2.5-Math-7B DAPO 28k colocated 128xH20",
+        "H20",
         {"step": 356.30, "gen": 177.85, "old_log_prob": 53.92, "update": 113.81},
-        rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=128, **VERL_FSDP_7B), VERL_FSDP_SCN, M), "as above"),
-    Row("verl fully_async.md", "same, fully async 64:64 (staleness 0.5, partial rollout)", "H20",
+        rl_row(preset("qwen2.5-7b"), DAPO7_28K, dict(gpus=128, **VERL_FSDP_7B), VERL_FSDP_SCN, M),
+        "as above",
+    ),
+    Row(
+        "verl fully_async.md",
+        "same, fully async 64:64 (staleness 0.5, partial rollout)",
+        "H20",
         {"step": 150.63, "gen (trainer wait)": 33.14, "update": 113.16},
-        rl_row(preset("qwen2.5-7b"), DAPO7_28K,
-               dict(gpus=128, placement="disaggregated", trainerGpus=64, weightSync="nccl",
-                    **{"async": dict(staleness=1, partialRollout=True)}, **VERL_FSDP_7B),
-               {**VERL_FSDP_SCN, "rollout_logprobs": True}, MA),
-        "verl staleness_threshold 0.5 -> staleness 1; rollout log-probs (no old_log_prob pass); NCCL sync"),
-    Row("verl fully_async.md", "same, fully async 32:32", "H20",
+        rl_row(
+            preset("qwen2.5-7b"),
+            DAPO7_28K,
+            dict(
+                gpus=128,
+                placement="disaggregated",
+                trainerGpus=64,
+                weightSync="nccl",
+                **{"async": dict(staleness=1, partialRollout=True)},
+                **VERL_FSDP_7B,
+            ),
+            {**VERL_FSDP_SCN, "rollout_logprobs": True},
+            MA,
+        ),
+        "verl staleness_threshold 0.5 -> staleness 1; rollout log-probs (no old_log_prob pass); NCCL sync",
+    ),
+    Row(
+        "verl fully_async.md",
+        "same, fully async 32:32",
+        "H20",
         {"step": 189.26, "gen (trainer wait)": 28.46, "update": 156.98},
-        rl_row(preset("qwen2.5-7b"), DAPO7_28K,
-               dict(gpus=64, placement="disaggregated", trainerGpus=32, weightSync="nccl",
-                    **{"async": dict(staleness=1, partialRollout=True)}, **VERL_FSDP_7B),
-               {**VERL_FSDP_SCN, "rollout_logprobs": True}, MA), "as above"),
-    Row("verl fully_async.md", "same, fully async 16:16", "H20",
+        rl_row(
+            preset("qwen2.5-7b"),
+            DAPO7_28K,
+            dict(
+                gpus=64,
+                placement="disaggregated",
+                trainerGpus=32,
+                weightSync="nccl",
+                **{"async": dict(staleness=1, partialRollout=True)},
+                **VERL_FSDP_7B,
+            ),
+            {**VERL_FSDP_SCN, "rollout_logprobs": True},
+            MA,
+        ),
+        "as above",
+    ),
+    Row(
+        "verl fully_async.md",
+        "same, fully async 16:16",
+        "H20",
         {"step": 294.77, "gen (trainer wait)": 21.26, "update": 269.80},
-        rl_row(preset("qwen2.5-7b"), DAPO7_28K,
-               dict(gpus=32, placement="disaggregated", trainerGpus=16, weightSync="nccl",
-                    **{"async": dict(staleness=1, partialRollout=True)}, **VERL_FSDP_7B),
-               {**VERL_FSDP_SCN, "rollout_logprobs": True}, MA), "as above"),
-    Row("verl one_step_off.md", "Qwen2.5-Math-7B DAPO 8k colocated 16xH20 (vLLM+Megatron)", "H20",
+        rl_row(
+            preset("qwen2.5-7b"),
+            DAPO7_28K,
+            dict(
+                gpus=32,
+                placement="disaggregated",
+                trainerGpus=16,
+                weightSync="nccl",
+                **{"async": dict(staleness=1, partialRollout=True)},
+                **VERL_FSDP_7B,
+            ),
+            {**VERL_FSDP_SCN, "rollout_logprobs": True},
+            MA,
+        ),
+        "as above",
+    ),
+    Row(
+        "verl one_step_off.md",
+        "Qwen2.5-Math-7B DAPO 8k colocated 16xH20 (vLLM+Megatron)",
+        "H20",
         {"step": 699, "gen": 207, "old_log_prob": 119, "update": 344},
-        rl_row(preset("qwen2.5-7b"), DAPO7_8K,
-               dict(gpus=16, rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=10240),
-                    trainer=dict(tp=2, microBatchTokens=10240, recompute="full")), VERL_SCN, M),
-        "Megatron tp2, mbt 10k, full recompute; rollout tp2 gmu 0.6; 512x16; mean response 1,000, CV 1.5 (assumed)"),
-    Row("verl one_step_off.md", "same, one-step-off 4 rollout : 12 train GPUs", "H20",
+        rl_row(
+            preset("qwen2.5-7b"),
+            DAPO7_8K,
+            dict(
+                gpus=16,
+                rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=10240),
+                trainer=dict(tp=2, microBatchTokens=10240, recompute="full"),
+            ),
+            VERL_SCN,
+            M,
+        ),
+        "Megatron tp2, mbt 10k, full recompute; rollout tp2 gmu 0.6; 512x16; mean response 1,000, CV 1.5 (assumed)",
+    ),
+    Row(
+        "verl one_step_off.md",
+        "same, one-step-off 4 rollout : 12 train GPUs",
+        "H20",
         {"step": 566, "old_log_prob": 120, "update": 347},
-        rl_row(preset("qwen2.5-7b"), DAPO7_8K,
-               dict(gpus=16, placement="disaggregated", trainerGpus=12, weightSync="nccl",
-                    rollout=dict(tp=2, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=10240),
-                    trainer=dict(tp=2, microBatchTokens=10240, recompute="full"), **{"async": dict(staleness=1)}),
-               VERL_SCN, {"step": "step", "old_log_prob": "old_logprob", "update": "training"}),
-        "staleness 1 without partial rollout"),
-    Row("verl one_step_off.md", "Qwen2.5-Math-7B DAPO 20k colocated 16xH20 (vLLM+FSDP2)", "H20",
+        rl_row(
+            preset("qwen2.5-7b"),
+            DAPO7_8K,
+            dict(
+                gpus=16,
+                placement="disaggregated",
+                trainerGpus=12,
+                weightSync="nccl",
+                rollout=dict(tp=2, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=10240),
+                trainer=dict(tp=2, microBatchTokens=10240, recompute="full"),
+                **{"async": dict(staleness=1)},
+            ),
+            VERL_SCN,
+            {"step": "step", "old_log_prob": "old_logprob", "update": "training"},
+        ),
+        "staleness 1 without partial rollout",
+    ),
+    Row(
+        "verl one_step_off.md",
+        "Qwen2.5-Math-7B DAPO 20k colocated 16xH20 (vLLM+FSDP2)",
+        "H20",
         {"step": 749, "gen": 321, "old_log_prob": 88, "update": 286},
-        rl_row(preset("qwen2.5-7b"), DAPO7_20K,
-               dict(gpus=16, rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=22528),
-                    trainer=dict(tp=1, cp=4, microBatchTokens=45056, recompute="full")), VERL_FSDP_SCN, M),
-        "FSDP2 sp4 (cp4); rollout tp2; mean response 1,000, CV 2 (assumed)"),
-    Row("verl fully_async.md (30B)", "Qwen3-30B-A3B GRPO 8k colocated 128xH20", "H20",
+        rl_row(
+            preset("qwen2.5-7b"),
+            DAPO7_20K,
+            dict(
+                gpus=16,
+                rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=22528),
+                trainer=dict(tp=1, cp=4, microBatchTokens=45056, recompute="full"),
+            ),
+            VERL_FSDP_SCN,
+            M,
+        ),
+        "FSDP2 sp4 (cp4); rollout tp2; mean response 1,000, CV 2 (assumed)",
+    ),
+    Row(
+        "verl fully_async.md (30B)",
+        "Qwen3-30B-A3B GRPO 8k colocated 128xH20",
+        "H20",
         {"step": 497.9, "gen": 348.1, "old_log_prob": 28.7, "ref": 20.9, "update": 86.3},
-        rl_row(preset("qwen3-30b-a3b"), GRPO30_8K,
-               dict(gpus=128, rollout=dict(tp=4, expertParallel=True, gpuMemoryUtilization=0.6, maxNumSeqs=1024),
-                    trainer=dict(tp=1, ep=8, microBatchTokens=16384, recompute="full")),
-               {**VERL_SCN, "reference_policy": True},
-               {**M, "ref": "ref_logprob"}),
-        "batch shape not published: 512x16 assumed, mean response 2,048 (max/4); Megatron ep8; rollout tp4 EP"),
+        rl_row(
+            preset("qwen3-30b-a3b"),
+            GRPO30_8K,
+            dict(
+                gpus=128,
+                rollout=dict(tp=4, expertParallel=True, gpuMemoryUtilization=0.6, maxNumSeqs=1024),
+                trainer=dict(tp=1, ep=8, microBatchTokens=16384, recompute="full"),
+            ),
+            {**VERL_SCN, "reference_policy": True},
+            {**M, "ref": "ref_logprob"},
+        ),
+        "batch shape not published: 512x16 assumed, mean response 2,048 (max/4); Megatron ep8; rollout tp4 EP",
+    ),
 ]
 
 
 # ------------------------------------------------------------------------------------------ inference rows
 
-def infer_row(model: ModelArch, gpu_type: str, tp: int, fp8: bool, isl: int, osl: int, ep: bool = False,
-              seqs: int = 2048) -> Callable[[dict], dict]:
+
+def infer_row(
+    model: ModelArch, gpu_type: str, tp: int, fp8: bool, isl: int, osl: int, ep: bool = False, seqs: int = 2048
+) -> Callable[[dict], dict]:
     """Max-throughput serving of identical requests on one engine replica: output tok/s/GPU."""
     task = TaskSpec(promptsPerStep=1, samplesPerPrompt=1, maxPromptTokens=isl, maxResponseTokens=osl)
-    cfg = RLConfig.model_validate(dict(gpus=tp, rollout=dict(tp=tp, fp8=fp8, expertParallel=ep,
-                                                             gpuMemoryUtilization=0.92, maxNumSeqs=seqs,
-                                                             maxNumBatchedTokens=16384)))
+    cfg = RLConfig.model_validate(
+        dict(
+            gpus=tp,
+            rollout=dict(
+                tp=tp, fp8=fp8, expertParallel=ep, gpuMemoryUtilization=0.92, maxNumSeqs=seqs, maxNumBatchedTokens=16384
+            ),
+        )
+    )
 
     def run(hw_scn: dict) -> dict:
         eff = effmod.efficiency(gpu_type, hw_scn)
@@ -172,32 +320,92 @@ def infer_row(model: ModelArch, gpu_type: str, tp: int, fp8: bool, isl: int, osl
 
 
 INFER_ROWS = [
-    Row("TensorRT-LLM perf overview", "Llama-3.3-70B 1k/1k B200 FP4 TP1", "B200", {"output tok/s/GPU": 6920},
-        infer_row(LLAMA70, "B200", 1, True, 1000, 1000), "FP4 modelled as FP8 weights (twin has no FP4)"),
-    Row("TensorRT-LLM perf overview", "Llama-3.3-70B 1k/1k H200 FP8 TP2", "H200", {"output tok/s/GPU": 2587},
-        infer_row(LLAMA70, "H200", 2, True, 1000, 1000), "fp8 rollout, maxNumSeqs 2048"),
-    Row("TensorRT-LLM perf overview", "Llama-3.3-70B 1k/1k H100 FP8 TP2", "H100", {"output tok/s/GPU": 2209},
-        infer_row(LLAMA70, "H100", 2, True, 1000, 1000), "fp8 rollout"),
-    Row("TensorRT-LLM perf overview", "Qwen3-235B-A22B 1k/1k B200 FP4", "B200", {"output tok/s/GPU": 5764},
+    Row(
+        "TensorRT-LLM perf overview",
+        "Llama-3.3-70B 1k/1k B200 FP4 TP1",
+        "B200",
+        {"output tok/s/GPU": 6920},
+        infer_row(LLAMA70, "B200", 1, True, 1000, 1000),
+        "FP4 modelled as FP8 weights (twin has no FP4)",
+    ),
+    Row(
+        "TensorRT-LLM perf overview",
+        "Llama-3.3-70B 1k/1k H200 FP8 TP2",
+        "H200",
+        {"output tok/s/GPU": 2587},
+        infer_row(LLAMA70, "H200", 2, True, 1000, 1000),
+        "fp8 rollout, maxNumSeqs 2048",
+    ),
+    Row(
+        "TensorRT-LLM perf overview",
+        "Llama-3.3-70B 1k/1k H100 FP8 TP2",
+        "H100",
+        {"output tok/s/GPU": 2209},
+        infer_row(LLAMA70, "H100", 2, True, 1000, 1000),
+        "fp8 rollout",
+    ),
+    Row(
+        "TensorRT-LLM perf overview",
+        "Qwen3-235B-A22B 1k/1k B200 FP4",
+        "B200",
+        {"output tok/s/GPU": 5764},
         infer_row(preset("qwen3-235b-a22b"), "B200", 4, True, 1000, 1000, ep=True),
-        "FP4 as FP8; TP4 + expert parallel assumed"),
-    Row("TensorRT-LLM perf overview", "Qwen3-235B-A22B 1k/1k H200 FP8", "H200", {"output tok/s/GPU": 3288},
-        infer_row(preset("qwen3-235b-a22b"), "H200", 4, True, 1000, 1000, ep=True), "TP4 + EP assumed"),
-    Row("TensorRT-LLM perf overview", "Qwen3-235B-A22B 1k/1k H100 FP8", "H100", {"output tok/s/GPU": 1932},
-        infer_row(preset("qwen3-235b-a22b"), "H100", 8, True, 1000, 1000, ep=True), "TP8 + EP assumed"),
-    Row("TensorRT-LLM perf overview", "Qwen3-30B-A3B 1k/1k B200 FP4 TP1", "B200", {"output tok/s/GPU": 26971},
-        infer_row(preset("qwen3-30b-a3b"), "B200", 1, True, 1000, 1000, seqs=4096), "FP4 as FP8"),
-    Row("TensorRT-LLM perf overview", "Qwen3-30B-A3B 1k/32k B200 FP4 TP1", "B200", {"output tok/s/GPU": 4494},
-        infer_row(preset("qwen3-30b-a3b"), "B200", 1, True, 1000, 32000, seqs=512), "FP4 as FP8"),
+        "FP4 as FP8; TP4 + expert parallel assumed",
+    ),
+    Row(
+        "TensorRT-LLM perf overview",
+        "Qwen3-235B-A22B 1k/1k H200 FP8",
+        "H200",
+        {"output tok/s/GPU": 3288},
+        infer_row(preset("qwen3-235b-a22b"), "H200", 4, True, 1000, 1000, ep=True),
+        "TP4 + EP assumed",
+    ),
+    Row(
+        "TensorRT-LLM perf overview",
+        "Qwen3-235B-A22B 1k/1k H100 FP8",
+        "H100",
+        {"output tok/s/GPU": 1932},
+        infer_row(preset("qwen3-235b-a22b"), "H100", 8, True, 1000, 1000, ep=True),
+        "TP8 + EP assumed",
+    ),
+    Row(
+        "TensorRT-LLM perf overview",
+        "Qwen3-30B-A3B 1k/1k B200 FP4 TP1",
+        "B200",
+        {"output tok/s/GPU": 26971},
+        infer_row(preset("qwen3-30b-a3b"), "B200", 1, True, 1000, 1000, seqs=4096),
+        "FP4 as FP8",
+    ),
+    Row(
+        "TensorRT-LLM perf overview",
+        "Qwen3-30B-A3B 1k/32k B200 FP4 TP1",
+        "B200",
+        {"output tok/s/GPU": 4494},
+        infer_row(preset("qwen3-30b-a3b"), "B200", 1, True, 1000, 32000, seqs=512),
+        "FP4 as FP8",
+    ),
 ]
 
 
 # ------------------------------------------------------------------------------------------ training rows
 
-def train_row(model: ModelArch, gpu_type: str, gpus: int, tp: int, pp: int, ep: int, seq: int, gbs: int,
-              fp8: bool, recompute: str = "selective", gpn: int = 8) -> Callable[[dict], dict]:
-    cfg = RLConfig.model_validate(dict(gpus=gpus, trainer=dict(tp=tp, pp=pp, ep=ep, microBatchTokens=seq,
-                                                               recompute=recompute)))
+
+def train_row(
+    model: ModelArch,
+    gpu_type: str,
+    gpus: int,
+    tp: int,
+    pp: int,
+    ep: int,
+    seq: int,
+    gbs: int,
+    fp8: bool,
+    recompute: str = "selective",
+    gpn: int = 8,
+) -> Callable[[dict], dict]:
+    cfg = RLConfig.model_validate(
+        dict(gpus=gpus, trainer=dict(tp=tp, pp=pp, ep=ep, microBatchTokens=seq, recompute=recompute))
+    )
 
     def run(hw_scn: dict) -> dict:
         eff = effmod.efficiency(gpu_type, {**hw_scn, "mini_batches": 1, "train_fp8": fp8})
@@ -209,35 +417,71 @@ def train_row(model: ModelArch, gpu_type: str, gpus: int, tp: int, pp: int, ep: 
 
 
 TRAIN_ROWS = [
-    Row("Megatron-Bridge perf summary", "Qwen3-30B-A3B pretrain FP8 EP8 H100", "H100", {"train tok/s/GPU": 5275},
+    Row(
+        "Megatron-Bridge perf summary",
+        "Qwen3-30B-A3B pretrain FP8 EP8 H100",
+        "H100",
+        {"train tok/s/GPU": 5275},
         train_row(preset("qwen3-30b-a3b"), "H100", 64, 1, 1, 8, 4096, 512, True),
-        "64 GPUs, seq 4096, GBS 512, mbs 1, FP8 GEMMs"),
-    Row("Megatron-Bridge perf summary", "Qwen3-30B-A3B pretrain MXFP8 B200", "B200", {"train tok/s/GPU": 9299},
-        train_row(preset("qwen3-30b-a3b"), "B200", 64, 1, 1, 8, 4096, 512, True), "as above, MXFP8 as FP8"),
-    Row("Megatron-Bridge perf summary", "Qwen3-30B-A3B pretrain MXFP8 GB300", "GB300", {"train tok/s/GPU": 28934},
+        "64 GPUs, seq 4096, GBS 512, mbs 1, FP8 GEMMs",
+    ),
+    Row(
+        "Megatron-Bridge perf summary",
+        "Qwen3-30B-A3B pretrain MXFP8 B200",
+        "B200",
+        {"train tok/s/GPU": 9299},
+        train_row(preset("qwen3-30b-a3b"), "B200", 64, 1, 1, 8, 4096, 512, True),
+        "as above, MXFP8 as FP8",
+    ),
+    Row(
+        "Megatron-Bridge perf summary",
+        "Qwen3-30B-A3B pretrain MXFP8 GB300",
+        "GB300",
+        {"train tok/s/GPU": 28934},
         train_row(preset("qwen3-30b-a3b"), "GB300", 64, 1, 1, 8, 4096, 512, True, gpn=72),
-        "as above, NVL72 domain"),
-    Row("Megatron-Bridge perf summary", "Llama3-70B pretrain FP8 TP4 PP8 H100", "H100", {"train tok/s/GPU": 1602},
-        train_row(LLAMA70, "H100", 64, 4, 8, 1, 8192, 128, True), "64 GPUs, seq 8192, GBS 128"),
-    Row("Megatron-Bridge perf summary", "DeepSeek-V3 pretrain MXFP8 B200", "B200", {"train tok/s/GPU": 2139},
+        "as above, NVL72 domain",
+    ),
+    Row(
+        "Megatron-Bridge perf summary",
+        "Llama3-70B pretrain FP8 TP4 PP8 H100",
+        "H100",
+        {"train tok/s/GPU": 1602},
+        train_row(LLAMA70, "H100", 64, 4, 8, 1, 8192, 128, True),
+        "64 GPUs, seq 8192, GBS 128",
+    ),
+    Row(
+        "Megatron-Bridge perf summary",
+        "DeepSeek-V3 pretrain MXFP8 B200",
+        "B200",
+        {"train tok/s/GPU": 2139},
         train_row(preset("deepseek-v3"), "B200", 256, 1, 16, 8, 4096, 1024, True, recompute="full"),
-        "256 GPUs, PP16 EP8, seq 4096, GBS 1024 (assumed)"),
+        "256 GPUs, PP16 EP8, seq 4096, GBS 1024 (assumed)",
+    ),
 ]
 
 
 # ------------------------------------------------------------------------------------------ weight sync rows
 
+
 def sync_row(model: ModelArch, gpu_type: str, ranks: int, method: str) -> Callable[[dict], dict]:
-    cfg = RLConfig.model_validate(dict(gpus=2 * ranks, placement="disaggregated", trainerGpus=ranks,
-                                       weightSync=method, rollout=dict(tp=8, gpuMemoryUtilization=0.9),
-                                       trainer=dict(tp=8)))
+    cfg = RLConfig.model_validate(
+        dict(
+            gpus=2 * ranks,
+            placement="disaggregated",
+            trainerGpus=ranks,
+            weightSync=method,
+            rollout=dict(tp=8, gpuMemoryUtilization=0.9),
+            trainer=dict(tp=8),
+        )
+    )
 
     def run(hw_scn: dict) -> dict:
         eff = effmod.efficiency(gpu_type, hw_scn)
         from types import SimpleNamespace
 
-        p = SimpleNamespace(gpu_type=gpu_type, eff=eff, model=model, cfg=cfg, colocated=False,
-                            rollout_gpus=ranks, gpus_per_node=8)
+        p = SimpleNamespace(
+            gpu_type=gpu_type, eff=eff, model=model, cfg=cfg, colocated=False, rollout_gpus=ranks, gpus_per_node=8
+        )
         t, _, _ = _weight_sync(p, None)
         return {"sync s": t}
 
@@ -245,18 +489,37 @@ def sync_row(model: ModelArch, gpu_type: str, ranks: int, method: str) -> Callab
 
 
 SYNC_ROWS = [
-    Row("verl fully_async.md (ckpt engine)", "Qwen3-30B-A3B 16->16 ranks", "H20", {"sync s": 4.38},
-        sync_row(preset("qwen3-30b-a3b"), "H20", 16, "checkpoint-engine"), "checkpoint-engine, 400 Gb/s NICs"),
-    Row("verl fully_async.md (ckpt engine)", "Qwen3-235B-A22B 64->64 ranks", "H20", {"sync s": 23.7},
-        sync_row(preset("qwen3-235b-a22b"), "H20", 64, "checkpoint-engine"), "checkpoint-engine"),
-    Row("slime v0.1.0 release notes", "GLM-4.5-355B BF16 sync", "H100", {"sync s": 48.0},
-        sync_row(GLM355, "H100", 64, "nccl"), "NCCL broadcast, 64 rollout ranks (assumed), H100"),
+    Row(
+        "verl fully_async.md (ckpt engine)",
+        "Qwen3-30B-A3B 16->16 ranks",
+        "H20",
+        {"sync s": 4.38},
+        sync_row(preset("qwen3-30b-a3b"), "H20", 16, "checkpoint-engine"),
+        "checkpoint-engine, 400 Gb/s NICs",
+    ),
+    Row(
+        "verl fully_async.md (ckpt engine)",
+        "Qwen3-235B-A22B 64->64 ranks",
+        "H20",
+        {"sync s": 23.7},
+        sync_row(preset("qwen3-235b-a22b"), "H20", 64, "checkpoint-engine"),
+        "checkpoint-engine",
+    ),
+    Row(
+        "slime v0.1.0 release notes",
+        "GLM-4.5-355B BF16 sync",
+        "H100",
+        {"sync s": 48.0},
+        sync_row(GLM355, "H100", 64, "nccl"),
+        "NCCL broadcast, 64 rollout ranks (assumed), H100",
+    ),
 ]
 
 ALL_ROWS = RL_ROWS + INFER_ROWS + TRAIN_ROWS + SYNC_ROWS
 
 
 # ------------------------------------------------------------------------------------------ evaluation
+
 
 def evaluate(rows: list[Row], overrides: dict[str, dict]) -> list[tuple[Row, str, float, float]]:
     out = []
@@ -293,8 +556,13 @@ FIT_KEYS = {
 
 # Physically plausible ranges (docs/references.md 'GPUs': HBM ~90% in microbenchmarks, big GEMMs
 # 55-70%; H20 is compute-starved so its GEMMs may run closer to peak).
-BOUNDS = {"hbm": (0.6, 0.92), "decode_compute": (0.3, 0.85), "prefill_mfu": (0.35, 0.85),
-          "train_mfu": (0.3, 0.85), "fwd_ratio": (0.4, 1.0)}
+BOUNDS = {
+    "hbm": (0.6, 0.92),
+    "decode_compute": (0.3, 0.85),
+    "prefill_mfu": (0.35, 0.85),
+    "train_mfu": (0.3, 0.85),
+    "fwd_ratio": (0.4, 1.0),
+}
 
 
 def fit(rows: list[Row], rounds: int = 2) -> dict[str, dict]:
@@ -322,8 +590,10 @@ def fit(rows: list[Row], rounds: int = 2) -> dict[str, dict]:
 
 
 def table(results) -> tuple[str, dict]:
-    lines = ["| source | row (hardware) | metric | published | twin | error % | assumptions |",
-             "|---|---|---|---:|---:|---:|---|"]
+    lines = [
+        "| source | row (hardware) | metric | published | twin | error % | assumptions |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
     last = None
     for row, k, v, p in results:
         assume = row.assumptions if row is not last else ""
@@ -335,12 +605,20 @@ def table(results) -> tuple[str, dict]:
     errs = [abs(err(v, p)) for _, _, v, p in results if p == p]
     steps = [abs(err(v, p)) for r, k, v, p in results if p == p and k == "step"]
     stats = dict(
-        n=len(errs), median=statistics.median(errs), max=max(errs), mean=sum(errs) / len(errs),
-        step_median=statistics.median(steps) if steps else math.nan, step_max=max(steps) if steps else math.nan,
+        n=len(errs),
+        median=statistics.median(errs),
+        max=max(errs),
+        mean=sum(errs) / len(errs),
+        step_median=statistics.median(steps) if steps else math.nan,
+        step_max=max(steps) if steps else math.nan,
         groups={},
     )
-    for label, rows in (("RL steps/phases (H20)", RL_ROWS), ("inference", INFER_ROWS), ("training", TRAIN_ROWS),
-                        ("weight sync", SYNC_ROWS)):
+    for label, rows in (
+        ("RL steps/phases (H20)", RL_ROWS),
+        ("inference", INFER_ROWS),
+        ("training", TRAIN_ROWS),
+        ("weight sync", SYNC_ROWS),
+    ):
         ge = [abs(err(v, p)) for r, k, v, p in results if r in rows and p == p]
         if ge:
             stats["groups"][label] = (statistics.median(ge), max(ge), len(ge))
@@ -363,9 +641,9 @@ last column.
 
 ## Summary
 
-Absolute percentage error over {stats['n']} published numbers: **median {stats['median']:.1f}%, max
-{stats['max']:.1f}%** (mean {stats['mean']:.1f}%). Whole RL steps only: median {stats['step_median']:.1f}%,
-max {stats['step_max']:.1f}%.
+Absolute percentage error over {stats["n"]} published numbers: **median {stats["median"]:.1f}%, max
+{stats["max"]:.1f}%** (mean {stats["mean"]:.1f}%). Whole RL steps only: median {stats["step_median"]:.1f}%,
+max {stats["step_max"]:.1f}%.
 
 | group | median abs error % | max abs error % | numbers |
 |---|---:|---:|---:|
@@ -419,8 +697,10 @@ def main(argv=None) -> int:
     results = evaluate(ALL_ROWS, overrides)
     tab, stats = table(results)
     print(tab)
-    print(f"\nmedian abs error {stats['median']:.1f}%  max {stats['max']:.1f}%  "
-          f"(steps: median {stats['step_median']:.1f}% max {stats['step_max']:.1f}%)")
+    print(
+        f"\nmedian abs error {stats['median']:.1f}%  max {stats['max']:.1f}%  "
+        f"(steps: median {stats['step_median']:.1f}% max {stats['step_max']:.1f}%)"
+    )
     for g, (m, mx, n) in stats["groups"].items():
         print(f"  {g:24s} median {m:5.1f}%  max {mx:5.1f}%  n={n}")
     if overrides:

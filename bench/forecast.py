@@ -30,10 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from rltune.api.models import RLTuningJobSpec  # noqa: E402
-
 from bench.jobs import jobs as bench_jobs  # noqa: E402
 from bench.run import measured_baseline, median_of_medians_interval, run_rltune, select_jobs  # noqa: E402
+from rltune.api.models import RLTuningJobSpec  # noqa: E402
 
 LAST_INDEX = 10  # trials from this index on are pooled in the per-index table
 
@@ -48,8 +47,7 @@ def job_trials(job: dict, seeds: int, budget: int, first_seed: int = 0) -> list[
     for sd in range(first_seed, first_seed + seeds):
         run = run_rltune(rn, base, budget, sd)
         index = {r.id: i + 1 for i, r in enumerate(run["history"])}
-        trials = [(index[r.id], r.predicted, r.predicted_std, r.summary.step_time_mean)
-                  for r in run["forecast_trials"]]
+        trials = [(index[r.id], r.predicted, r.predicted_std, r.summary.step_time_mean) for r in run["forecast_trials"]]
         out.append({"job": name, "seed": sd, "forecast_error": run["forecast_error"], "trials": trials})
     return out
 
@@ -71,12 +69,24 @@ def summarize_runs(runs: list[dict]) -> dict:
     return {
         "headline": headline,
         "interval": median_of_medians_interval(list(seed_err.values())) if seed_err else None,
-        "jobs": {j: {"trials": len(v), "signed": statistics.median(v), "abs": statistics.median(map(abs, v)),
-                     "headline": statistics.median(seed_err[j]) if j in seed_err else None}
-                 for j, v in sorted(per_job.items())},
-        "index": {i: {"trials": len(v), "signed": statistics.median(e for e, _ in v),
-                      "abs": statistics.median(abs(e) for e, _ in v), "within_sd": sum(w for _, w in v) / len(v)}
-                  for i, v in sorted(by_index.items())},
+        "jobs": {
+            j: {
+                "trials": len(v),
+                "signed": statistics.median(v),
+                "abs": statistics.median(map(abs, v)),
+                "headline": statistics.median(seed_err[j]) if j in seed_err else None,
+            }
+            for j, v in sorted(per_job.items())
+        },
+        "index": {
+            i: {
+                "trials": len(v),
+                "signed": statistics.median(e for e, _ in v),
+                "abs": statistics.median(abs(e) for e, _ in v),
+                "within_sd": sum(w for _, w in v) / len(v),
+            }
+            for i, v in sorted(by_index.items())
+        },
     }
 
 
@@ -84,14 +94,19 @@ def render(st: dict) -> str:
     lines = []
     if st["headline"] is not None:
         lo, hi = st["interval"]
-        lines.append(f"forecast error (median over jobs of per-job medians): {st['headline']:.2%} "
-                     f"(90% seed-bootstrap interval {lo:.2%}-{hi:.2%})")
+        lines.append(
+            f"forecast error (median over jobs of per-job medians): {st['headline']:.2%} "
+            f"(90% seed-bootstrap interval {lo:.2%}-{hi:.2%})"
+        )
     lines += ["", "| job | trials | median signed error | median abs error | job headline |", "|---|---|---|---|---|"]
     for j, v in st["jobs"].items():
         hl = f"{v['headline']:.1%}" if v["headline"] is not None else "-"
         lines.append(f"| {j} | {v['trials']} | {v['signed']:+.1%} | {v['abs']:.1%} | {hl} |")
-    lines += ["", "| trial | trials | median signed error | median abs error | within 1 predicted sd |",
-              "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| trial | trials | median signed error | median abs error | within 1 predicted sd |",
+        "|---|---|---|---|---|",
+    ]
     for i, v in st["index"].items():
         label = f"{i}+" if i == LAST_INDEX else str(i)
         lines.append(f"| {label} | {v['trials']} | {v['signed']:+.1%} | {v['abs']:.1%} | {v['within_sd']:.0%} |")
@@ -110,8 +125,12 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.forecast", description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", help="comma-separated job names (default: all eight)")
     ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--first-seed", type=int, default=0,
-                    help="seeds first-seed .. first-seed+seeds-1: judge a change chosen on seeds 0-19 on held-out ones")
+    ap.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="seeds first-seed .. first-seed+seeds-1: judge a change chosen on seeds 0-19 on held-out ones",
+    )
     ap.add_argument("--budget", type=int, default=16, help="trials per run (as make bench's largest budget)")
     ap.add_argument("--procs", type=int, default=2, help="jobs evaluated in parallel (processes)")
     ap.add_argument("--json", help="write the per-trial records here")

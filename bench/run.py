@@ -30,15 +30,14 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
+from bench.jobs import jobs as bench_jobs  # noqa: E402
+from rltune import twin  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
 from rltune.api.status import TrialState  # noqa: E402
-from rltune.tuner.records import failure_cause, objective_of  # noqa: E402
 from rltune.tuner import Tuner, baseline_record, summarize  # noqa: E402
 from rltune.tuner.knobs import OUTER_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS  # noqa: E402
+from rltune.tuner.records import failure_cause, objective_of  # noqa: E402
 from rltune.tuner.search import Space, flat_key  # noqa: E402
-from rltune import twin  # noqa: E402
-
-from bench.jobs import jobs as bench_jobs  # noqa: E402
 
 CACHE = ROOT / "bench" / "oracle_cache.json"
 STEPS, WARMUP = 4, 1
@@ -87,8 +86,14 @@ def _true(k: dict):
     spec, space = _W["spec"], _W["space"]
     cfg = space.config(k)
     try:
-        st = twin.simulate_step_time(_W["model"], spec.workload.task, spec.resources.gpu_type,
-                                     spec.resources.gpus_per_node, cfg, spec.workload.scenario)
+        st = twin.simulate_step_time(
+            _W["model"],
+            spec.workload.task,
+            spec.resources.gpu_type,
+            spec.resources.gpus_per_node,
+            cfg,
+            spec.workload.scenario,
+        )
     except twin.Infeasible:
         return None
     return objective_of(spec, st, cfg.gpus), st
@@ -129,8 +134,14 @@ def oracle(name: str, spec: RLTuningJobSpec, procs: int = 2) -> dict:
             res = pool.map(_true, ks, chunksize=8)
     feas = [(r[0], r[1], k) for r, k in zip(res, ks) if r is not None]
     best = min(feas, key=lambda x: x[0])
-    out = {"configs": len(ks), "feasible": len(feas), "objective": best[0], "step": best[1],
-           "config": space.config(best[2]).dump(), "seconds": round(time.time() - t0, 1)}
+    out = {
+        "configs": len(ks),
+        "feasible": len(feas),
+        "objective": best[0],
+        "step": best[1],
+        "config": space.config(best[2]).dump(),
+        "seconds": round(time.time() - t0, 1),
+    }
     cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
     cache = {k: v for k, v in cache.items() if k.startswith(f"{twin.TWIN_VERSION}:{twin_hash()}:")}
     cache[key] = out
@@ -190,8 +201,13 @@ def run_rltune(rn: Runner, base, budget: int, seed: int) -> dict:
             rec = tuner.judge(rec, s)
         hist.append(rec)
     tuner = Tuner(spec, base, hist)
-    return {"history": hist, "forecast_error": tuner.forecast_error(), "forecast_trials": tuner.forecast_trials(),
-            "seconds": time.time() - t0, "stop": stop_reason}
+    return {
+        "history": hist,
+        "forecast_error": tuner.forecast_error(),
+        "forecast_trials": tuner.forecast_trials(),
+        "seconds": time.time() - t0,
+        "stop": stop_reason,
+    }
 
 
 def _choices(space: Space) -> dict[str, list]:
@@ -224,8 +240,7 @@ def run_baseline_search(rn: Runner, base, budget: int, seed: int, method: str, j
     ch = _choices(space)
     rng = random.Random(seed)
     dists = {k: optuna.distributions.CategoricalDistribution([json.dumps(v) for v in vals]) for k, vals in ch.items()}
-    study = optuna.create_study(direction="minimize",
-                                sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
+    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
     tried = {flat_key(base.config.flat(), space.budget, space.gpn)}
     hist = []
     penalty = (base.objective or 1.0) * 1.5
@@ -281,8 +296,14 @@ class _FakeProp:
 def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float]:
     """(true objective, GPU-hours) of a method's pick after its first k trials."""
     ok = [r for r in hist[:k] if r.state == TrialState.SUCCEEDED and r.objective is not None]
-    gpu_h = sum(r.summary.step_time_mean * r.gpus * r.summary.total_steps for r in hist[:k]
-                if r.summary is not None and r.summary.steps) / 3600
+    gpu_h = (
+        sum(
+            r.summary.step_time_mean * r.gpus * r.summary.total_steps
+            for r in hist[:k]
+            if r.summary is not None and r.summary.steps
+        )
+        / 3600
+    )
     if not ok:
         return rn.true(base.config)[0], gpu_h
     pick = min(ok, key=lambda r: r.objective)
@@ -303,22 +324,34 @@ def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", objec
     return rn, Tuner(spec, b0, []).judge(b0, s)
 
 
-def bench_job(job: dict, seeds: int, budgets: list[int], log=print, oracle_procs: int = 2,
-              methods: tuple = ("rltune", "tpe", "random")) -> dict:
+def bench_job(
+    job: dict,
+    seeds: int,
+    budgets: list[int],
+    log=print,
+    oracle_procs: int = 2,
+    methods: tuple = ("rltune", "tpe", "random"),
+) -> dict:
     name = job["metadata"]["name"]
     spec = RLTuningJobSpec.model_validate(job["spec"])
     t0 = time.time()
     orc = oracle(name, spec, procs=oracle_procs)
-    log(f"{name}: oracle {orc['objective']:.1f} over {orc['feasible']}/{orc['configs']} configs "
-        f"({orc['seconds']} s)")
+    log(f"{name}: oracle {orc['objective']:.1f} over {orc['feasible']}/{orc['configs']} configs ({orc['seconds']} s)")
     rn, base = measured_baseline(name, spec)
     base_true = rn.true(base.config)[0]
     judge_tuner = Tuner(spec, base, [])
     prof = judge_tuner.profile()
     kmax = max(budgets)
-    res = {"job": name, "baseline": base_true, "oracle": orc["objective"], "oracle_speedup": base_true / orc["objective"],
-           "configs": orc["configs"], "bottleneck": prof.bottleneck if prof else "", "objective": spec.objective,
-           "methods": {}}
+    res = {
+        "job": name,
+        "baseline": base_true,
+        "oracle": orc["objective"],
+        "oracle_speedup": base_true / orc["objective"],
+        "configs": orc["configs"],
+        "bottleneck": prof.bottleneck if prof else "",
+        "objective": spec.objective,
+        "methods": {},
+    }
     for method in methods:
         per_k = {k: [] for k in budgets}
         gpuh = {k: [] for k in budgets}
@@ -348,9 +381,12 @@ def bench_job(job: dict, seeds: int, budgets: list[int], log=print, oracle_procs
             "stops": stops,
         }
         m = res["methods"][method]
-        log(f"  {method:7s} " + "  ".join(f"@{k}: {m['speedup'][k]:.2f}x" for k in budgets)
+        log(
+            f"  {method:7s} "
+            + "  ".join(f"@{k}: {m['speedup'][k]:.2f}x" for k in budgets)
             + (f"  ferr {m['forecast_error']:.1%}" if m["forecast_error"] is not None else "")
-            + f"  trials {m['trials_used']}")
+            + f"  trials {m['trials_used']}"
+        )
     res["seconds"] = round(time.time() - t0, 1)
     log(f"  oracle {res['oracle_speedup']:.2f}x; {res['seconds']} s")
     return res
@@ -372,8 +408,9 @@ def _bench_job_quiet(job, seeds, budgets, methods):
     return r
 
 
-def median_of_medians_interval(per_job: list[list[float]], level: float = 0.9, reps: int = 4000,
-                               seed: int = 0) -> tuple[float, float]:
+def median_of_medians_interval(
+    per_job: list[list[float]], level: float = 0.9, reps: int = 4000, seed: int = 0
+) -> tuple[float, float]:
     """Seed-bootstrap interval of the median over jobs of each job's median over seeds.
 
     One tuning run's forecast error depends on which trials that run happened to pick, so ten seeds
@@ -393,10 +430,14 @@ def median_of_medians_interval(per_job: list[list[float]], level: float = 0.9, r
 def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Path) -> None:
     k8 = 8 if 8 in budgets else budgets[len(budgets) // 2]
     lines = []
-    head = (["job", "bottleneck", "configs", "baseline", "oracle"]
-            + [f"rltune@{k}" for k in budgets] + [f"TPE@{k}" for k in budgets] + [f"random@{k}" for k in budgets]
-            + [f"rltune mean@{k8}", f"TPE mean@{k8}", f"TPE worst@{k8}"]
-            + [f"rltune %oracle@{k8}", "rltune trials", "rltune GPU-h (sim.)", "forecast err"])
+    head = (
+        ["job", "bottleneck", "configs", "baseline", "oracle"]
+        + [f"rltune@{k}" for k in budgets]
+        + [f"TPE@{k}" for k in budgets]
+        + [f"random@{k}" for k in budgets]
+        + [f"rltune mean@{k8}", f"TPE mean@{k8}", f"TPE worst@{k8}"]
+        + [f"rltune %oracle@{k8}", "rltune trials", "rltune GPU-h (sim.)", "forecast err"]
+    )
     lines.append("| " + " | ".join(head) + " |")
     lines.append("|" + "---|" * len(head))
     fracs, ferrs, beats, beats_med = [], [], [], []
@@ -411,14 +452,23 @@ def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Pa
         fe = m["rltune"]["forecast_error"]
         if fe is not None:
             ferrs.append(fe)
-        row = [r["job"].replace("bench-", ""), r["bottleneck"], str(r["configs"]), f"{r['baseline']:.0f} {unit}",
-               f"{r['oracle_speedup']:.2f}x"]
+        row = [
+            r["job"].replace("bench-", ""),
+            r["bottleneck"],
+            str(r["configs"]),
+            f"{r['baseline']:.0f} {unit}",
+            f"{r['oracle_speedup']:.2f}x",
+        ]
         row += [f"{m['rltune']['speedup'][k]:.2f}x" for k in budgets]
         row += [f"{m['tpe']['speedup'][k]:.2f}x" for k in budgets]
         row += [f"{m['random']['speedup'][k]:.2f}x" for k in budgets]
         row += [f"{mean['rltune']:.2f}x", f"{mean['tpe']:.2f}x", f"{min(m['tpe']['speedup_all'][k8]):.2f}x"]
-        row += [f"{frac:.0%}", f"{m['rltune']['trials_used']:g}",
-                f"{m['rltune']['gpu_hours'][max(budgets)]:.0f}", f"{fe:.1%}" if fe is not None else "-"]
+        row += [
+            f"{frac:.0%}",
+            f"{m['rltune']['trials_used']:g}",
+            f"{m['rltune']['gpu_hours'][max(budgets)]:.0f}",
+            f"{fe:.1%}" if fe is not None else "-",
+        ]
         lines.append("| " + " | ".join(row) + " |")
     per_seed = [r["methods"]["rltune"].get("forecast_errors") for r in results]
     ferr_ci = ""
@@ -438,7 +488,7 @@ def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Pa
     start, end = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
     block = start + "\n" + "\n".join(lines + summary) + "\n" + end
     if start in text and end in text:
-        text = text[: text.index(start)] + block + text[text.index(end) + len(end):]
+        text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
     else:
         text = text + "\n" + block + "\n"
     path.write_text(text)
@@ -448,8 +498,11 @@ def select_jobs(names: Optional[str]) -> list[dict]:
     """The benchmark jobs a comma-separated --jobs value names (with or without the "bench-"
     prefix); all eight when it is empty."""
     sel = set(names.split(",")) if names else None
-    return [j for j in bench_jobs() if not sel or j["metadata"]["name"] in sel
-            or j["metadata"]["name"].replace("bench-", "") in sel]
+    return [
+        j
+        for j in bench_jobs()
+        if not sel or j["metadata"]["name"] in sel or j["metadata"]["name"].replace("bench-", "") in sel
+    ]
 
 
 def main(argv=None) -> int:
@@ -461,8 +514,11 @@ def main(argv=None) -> int:
     ap.add_argument("--json", default=str(ROOT / "bench" / "results.json"))
     ap.add_argument("--procs", type=int, default=2, help="jobs benchmarked in parallel (processes)")
     ap.add_argument("--from-json", help="only re-render docs/benchmark.md from a results JSON")
-    ap.add_argument("--methods", default="rltune,tpe,random",
-                    help="methods to run (a subset only checks them; the page needs all three)")
+    ap.add_argument(
+        "--methods",
+        default="rltune,tpe,random",
+        help="methods to run (a subset only checks them; the page needs all three)",
+    )
     args = ap.parse_args(argv)
     budgets = [int(x) for x in args.budgets.split(",")]
     methods = tuple(args.methods.split(","))

@@ -23,21 +23,55 @@ from rltune.api.models import ModelSpec, RLConfig, TaskSpec  # noqa: E402
 from rltune.twin.core import make_plan, simulate_one_step  # noqa: E402
 
 DAPO = TaskSpec(kind="math", promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=1024, maxResponseTokens=20480)
-CODING = TaskSpec(kind="agentic-coding", promptsPerStep=64, samplesPerPrompt=8, maxPromptTokens=8192,
-                  maxResponseTokens=65536, turns=20, toolLatencySeconds=20, sandboxes=512)
+CODING = TaskSpec(
+    kind="agentic-coding",
+    promptsPerStep=64,
+    samplesPerPrompt=8,
+    maxPromptTokens=8192,
+    maxResponseTokens=65536,
+    turns=20,
+    toolLatencySeconds=20,
+    sandboxes=512,
+)
 
 CASES = [
-    ("dapo seed-27b-dense 64xB300 colocated rollout tp2 (default knobs)", "seed-27b-dense", DAPO,
-     dict(gpus=64, rollout=dict(tp=2, gpuMemoryUtilization=0.6), trainer=dict(tp=4))),
-    ("dapo seed-27b-dense 64xB300 rollout tp1 (8192 reqs on 64 replicas)", "seed-27b-dense", DAPO,
-     dict(gpus=64, rollout=dict(tp=1, gpuMemoryUtilization=0.6), trainer=dict(tp=4))),
-    ("dapo seed-27b-dense 16xB300 KV-tight, maxNumSeqs 512 (preemptions)", "seed-27b-dense", DAPO,
-     dict(gpus=16, rollout=dict(tp=1, gpuMemoryUtilization=0.4, maxNumSeqs=512), trainer=dict(tp=4))),
-    ("dapo seed-35b-a3b 64xB300 disaggregated async + partial rollout (3 batches simulated)", "seed-35b-a3b", DAPO,
-     dict(gpus=64, placement="disaggregated", trainerGpus=32, rollout=dict(tp=1, gpuMemoryUtilization=0.8),
-          trainer=dict(tp=1, ep=8), **{"async": dict(staleness=1, partialRollout=True)})),
-    ("coding deepseek-flash 56xB300 colocated (512 episodes x ~20 turns)", "deepseek-flash", CODING,
-     dict(gpus=56, rollout=dict(tp=8, gpuMemoryUtilization=0.6), trainer=dict(tp=2, ep=4, pp=2, recompute="full"))),
+    (
+        "dapo seed-27b-dense 64xB300 colocated rollout tp2 (default knobs)",
+        "seed-27b-dense",
+        DAPO,
+        dict(gpus=64, rollout=dict(tp=2, gpuMemoryUtilization=0.6), trainer=dict(tp=4)),
+    ),
+    (
+        "dapo seed-27b-dense 64xB300 rollout tp1 (8192 reqs on 64 replicas)",
+        "seed-27b-dense",
+        DAPO,
+        dict(gpus=64, rollout=dict(tp=1, gpuMemoryUtilization=0.6), trainer=dict(tp=4)),
+    ),
+    (
+        "dapo seed-27b-dense 16xB300 KV-tight, maxNumSeqs 512 (preemptions)",
+        "seed-27b-dense",
+        DAPO,
+        dict(gpus=16, rollout=dict(tp=1, gpuMemoryUtilization=0.4, maxNumSeqs=512), trainer=dict(tp=4)),
+    ),
+    (
+        "dapo seed-35b-a3b 64xB300 disaggregated async + partial rollout (3 batches simulated)",
+        "seed-35b-a3b",
+        DAPO,
+        dict(
+            gpus=64,
+            placement="disaggregated",
+            trainerGpus=32,
+            rollout=dict(tp=1, gpuMemoryUtilization=0.8),
+            trainer=dict(tp=1, ep=8),
+            **{"async": dict(staleness=1, partialRollout=True)},
+        ),
+    ),
+    (
+        "coding deepseek-flash 56xB300 colocated (512 episodes x ~20 turns)",
+        "deepseek-flash",
+        CODING,
+        dict(gpus=56, rollout=dict(tp=8, gpuMemoryUtilization=0.6), trainer=dict(tp=2, ep=4, pp=2, recompute="full")),
+    ),
 ]
 
 

@@ -1,4 +1,5 @@
-"""`make demo` (test-bed tooling, not part of the rltune package): install rltune with its Helm chart on the local test bed and tune
+"""`make demo` (test-bed tooling, not part of the rltune package): install rltune with its Helm
+chart on the local test bed and tune
 examples/twin-demo.yaml end to end; `make demo-down` removes it again.
 
 The Makefile brings the bed up first (`make cluster-up`); this script runs `helm upgrade --install`
@@ -44,8 +45,11 @@ def bed_env() -> dict[str, str]:
 def best_so_far(st: dict) -> str:
     """The best measured speed-up among finished trials, before the winner is confirmed ("~" marks it)."""
     base = (st.get("baseline") or {}).get("stepSeconds")
-    times = [t["measuredSeconds"] for t in st.get("trials", [])
-             if t.get("id") != "baseline" and t.get("state") == "Succeeded" and t.get("measuredSeconds")]
+    times = [
+        t["measuredSeconds"]
+        for t in st.get("trials", [])
+        if t.get("id") != "baseline" and t.get("state") == "Succeeded" and t.get("measuredSeconds")
+    ]
     return f"~{base / min(times):.2f}x" if base and times else "-"
 
 
@@ -62,8 +66,13 @@ def wait_crd_established(env: dict, name: str, timeout: float = 60.0, kubectl_bi
     deadline = time.monotonic() + timeout
     query = '{.status.conditions[?(@.type=="Established")].status}'
     while True:
-        r = subprocess.run([kubectl_bin, "get", "crd", name, "-o", f"jsonpath={query}"], env=env,
-                           capture_output=True, text=True, timeout=30)
+        r = subprocess.run(
+            [kubectl_bin, "get", "crd", name, "-o", f"jsonpath={query}"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         if r.returncode == 0 and r.stdout.strip() == "True":
             return
         if time.monotonic() > deadline:
@@ -76,14 +85,33 @@ def apply_crd(env: dict) -> None:
     wait_crd_established(env, "rltuningjobs.rltune.io")
 
 
-def helm_install(env: dict, release: str, namespace: str, watch: tuple[str, ...] = (),
-                 extra: tuple[str, ...] = (), timeout: str = "180s") -> None:
+def helm_install(
+    env: dict,
+    release: str,
+    namespace: str,
+    watch: tuple[str, ...] = (),
+    extra: tuple[str, ...] = (),
+    timeout: str = "180s",
+) -> None:
     """`helm upgrade --install` of the chart, pointed at the bed's Prometheus and Pushgateway, and
     wait until the operator's Deployment is available."""
-    args = ["helm", "upgrade", "--install", release, str(CHART), "-n", namespace, "--create-namespace",
-            "--set", f"prometheus.url={env['RLTUNE_PROMETHEUS_URL']}",
-            "--set", f"pushgateway.url={env['RLTUNE_PUSHGATEWAY_URL']}",
-            "--wait", "--timeout", timeout]
+    args = [
+        "helm",
+        "upgrade",
+        "--install",
+        release,
+        str(CHART),
+        "-n",
+        namespace,
+        "--create-namespace",
+        "--set",
+        f"prometheus.url={env['RLTUNE_PROMETHEUS_URL']}",
+        "--set",
+        f"pushgateway.url={env['RLTUNE_PUSHGATEWAY_URL']}",
+        "--wait",
+        "--timeout",
+        timeout,
+    ]
     if watch:
         args += ["--set", "watchNamespaces={" + ",".join(watch) + "}"]
     args += list(extra)
@@ -93,10 +121,15 @@ def helm_install(env: dict, release: str, namespace: str, watch: tuple[str, ...]
 
 
 def operator_pod(env: dict, release: str, namespace: str) -> Optional[dict]:
-    r = kubectl(env, "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}",
-                "-o", "json", check=False)
-    pods = [p for p in json.loads(r.stdout or '{"items": []}')["items"]
-            if not p["metadata"].get("deletionTimestamp") and not (p["metadata"].get("annotations") or {}).get("helm.sh/hook")]
+    r = kubectl(
+        env, "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/instance={release}", "-o", "json", check=False
+    )
+    pods = [
+        p
+        for p in json.loads(r.stdout or '{"items": []}')["items"]
+        if not p["metadata"].get("deletionTimestamp")
+        and not (p["metadata"].get("annotations") or {}).get("helm.sh/hook")
+    ]
     return pods[0] if pods else None
 
 
@@ -110,11 +143,19 @@ def pod_pid(pod: dict) -> Optional[int]:
     return None
 
 
-def start_operator(env: dict, log_path: Path, namespaces: tuple[str, ...] = (), metrics_port: int = 18080,
-                   liveness_port: int = 0) -> subprocess.Popen:
+def start_operator(
+    env: dict, log_path: Path, namespaces: tuple[str, ...] = (), metrics_port: int = 18080, liveness_port: int = 0
+) -> subprocess.Popen:
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "rltune.controller", "--metrics-port", str(metrics_port),
-           "--liveness-port", str(liveness_port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rltune.controller",
+        "--metrics-port",
+        str(metrics_port),
+        "--liveness-port",
+        str(liveness_port),
+    ]
     for ns in namespaces:
         cmd += ["--namespace", ns]
     f = open(log_path, "ab")
@@ -212,8 +253,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("!! the chart's operator pod did not appear")
         return 1
     log = REPO / ".state" / "bed" / "pods" / f"{RELEASE_NS}_{pod['metadata']['name']}.log"
-    print(f"==> operator pod {RELEASE_NS}/{pod['metadata']['name']} runs as ServiceAccount "
-          f"{pod['spec'].get('serviceAccountName')} (log: {log.relative_to(REPO)})")
+    print(
+        f"==> operator pod {RELEASE_NS}/{pod['metadata']['name']} runs as ServiceAccount "
+        f"{pod['spec'].get('serviceAccountName')} (log: {log.relative_to(REPO)})"
+    )
     if get_job(env, ns, name):
         print(f"==> deleting the previous {ns}/{name}")
         kubectl(env, "delete", "rltuningjob", name, "-n", ns, "--wait=false", check=False)
@@ -224,8 +267,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             time.sleep(0.5)
         t0 = time.time()
         kubectl(env, "apply", "-n", ns, "-f", a.file)
-        print(f"==> applied {Path(a.file).relative_to(REPO) if Path(a.file).is_absolute() else a.file} "
-              f"as {ns}/{name}")
+        print(f"==> applied {Path(a.file).relative_to(REPO) if Path(a.file).is_absolute() else a.file} as {ns}/{name}")
         first_pod, last_line, peak_rss = None, "", 0.0
         job: Optional[dict] = None
         while time.time() - t0 < a.timeout:
@@ -242,10 +284,12 @@ def main(argv: Optional[list[str]] = None) -> int:
             pid = pod_pid(pod)
             peak_rss = max(peak_rss, (group_rss_mib(pid) if pid else None) or 0.0)
             running = [t["id"] for t in st.get("trials", []) if t.get("state") in ("Pending", "Running", "Scoring")]
-            line = (f"[{time.time() - t0:6.1f}s] phase={st.get('phase', '-'):<10} trials={st.get('trialsDone', '-'):<6}"
-                    f" best={st.get('speedup') or best_so_far(st):<7}"
-                    f" bottleneck={(st.get('baseline') or {}).get('bottleneck') or '-'}"
-                    f" running={','.join(running) or '-'}")
+            line = (
+                f"[{time.time() - t0:6.1f}s] phase={st.get('phase', '-'):<10} trials={st.get('trialsDone', '-'):<6}"
+                f" best={st.get('speedup') or best_so_far(st):<7}"
+                f" bottleneck={(st.get('baseline') or {}).get('bottleneck') or '-'}"
+                f" running={','.join(running) or '-'}"
+            )
             if line.split("] ", 1)[1] != last_line:
                 print(line, flush=True)
                 last_line = line.split("] ", 1)[1]
@@ -259,15 +303,19 @@ def main(argv: Optional[list[str]] = None) -> int:
         print(f"phase {st.get('phase')}: {st.get('message')}")
         base = st.get("baseline") or {}
         if base:
-            print(f"baseline: {base.get('stepSeconds')} s/step on {base.get('gpus')} GPUs, "
-                  f"bottleneck {base.get('bottleneck')}")
+            print(
+                f"baseline: {base.get('stepSeconds')} s/step on {base.get('gpus')} GPUs, "
+                f"bottleneck {base.get('bottleneck')}"
+            )
             for e in base.get("evidence") or []:
                 print(f"  - {e}")
         best = st.get("best")
         if best:
-            print(f"winner {best['trial']}: {best['stepSeconds']} s/step, {best['speedup']:.2f}x faster, "
-                  f"{best['gpus']} GPUs, {best['gpuSecondsPerStep']} GPU-s/step, "
-                  f"{'confirmed' if best.get('confirmed') else 'unconfirmed'}")
+            print(
+                f"winner {best['trial']}: {best['stepSeconds']} s/step, {best['speedup']:.2f}x faster, "
+                f"{best['gpus']} GPUs, {best['gpuSecondsPerStep']} GPU-s/step, "
+                f"{'confirmed' if best.get('confirmed') else 'unconfirmed'}"
+            )
             print("changed knobs (baseline -> winner):")
             for k, b, v in changed_knobs(job):
                 print(f"  {k:<32} {b!s:>10} -> {v}")
@@ -275,17 +323,22 @@ def main(argv: Optional[list[str]] = None) -> int:
         print("trials:")
         for t in st.get("trials") or []:
             pred, meas = t.get("predictedSeconds"), t.get("measuredSeconds")
-            print(f"  {t['id']:<9} {t.get('kind', ''):<8} {t.get('state', ''):<18} "
-                  f"forecast {pred if pred is not None else '-':>9}  measured {meas if meas is not None else '-':>9}"
-                  f"  {(t.get('reason') or '')[:70]}")
+            print(
+                f"  {t['id']:<9} {t.get('kind', ''):<8} {t.get('state', ''):<18} "
+                f"forecast {pred if pred is not None else '-':>9}  measured {meas if meas is not None else '-':>9}"
+                f"  {(t.get('reason') or '')[:70]}"
+            )
         print(f"forecast error (median, relative): {st.get('forecastError')}")
-        print(f"timings: first trial pod {first_pod:.1f}s after apply" if first_pod is not None else
-              "timings: no trial pod seen", end="")
+        print(
+            f"timings: first trial pod {first_pod:.1f}s after apply"
+            if first_pod is not None
+            else "timings: no trial pod seen",
+            end="",
+        )
         print(f"; job {st.get('phase')} after {wall:.0f}s; operator peak RSS {peak_rss:.0f} MiB")
         return 0 if st.get("phase") == "Succeeded" else 1
     finally:
-        print(f"==> the operator stays installed (helm release {RELEASE_NS}/{RELEASE}); "
-              f"`make demo-down` removes it")
+        print(f"==> the operator stays installed (helm release {RELEASE_NS}/{RELEASE}); `make demo-down` removes it")
 
 
 def down(namespace: str) -> int:
@@ -293,8 +346,9 @@ def down(namespace: str) -> int:
     then the Helm release and the namespaces. The CRD stays (Helm never deletes crds/)."""
     env = bed_env()
     kubectl(env, "delete", "rltuningjobs", "--all", "-n", namespace, "--wait=true", "--timeout=60s", check=False)
-    r = subprocess.run(["helm", "uninstall", RELEASE, "-n", RELEASE_NS, "--wait"], env=env,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["helm", "uninstall", RELEASE, "-n", RELEASE_NS, "--wait"], env=env, capture_output=True, text=True
+    )
     print(r.stdout.strip() or r.stderr.strip())
     for n in (namespace, RELEASE_NS):
         kubectl(env, "delete", "namespace", n, "--ignore-not-found", "--wait=false", check=False)

@@ -3,6 +3,7 @@
 Plain urllib rather than the kubernetes client: the runner needs a handful of verbs (a status
 patch, a grace-0 delete, a list and a long-lived watch) and full control of their errors.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,6 +35,7 @@ class ApiClient:
     def __init__(self, kubeconfig: str, pki: Path):
         # the kubernetes client only reads the server address, the way kubectl does
         from kubernetes import config
+
         self.server = config.new_client_from_config(kubeconfig).configuration.host.rstrip("/")
         self.pki = pki
         self._ssl: ssl.SSLContext | None = None
@@ -44,20 +46,23 @@ class ApiClient:
         u = urllib.parse.urlsplit(self.server)
         return u.hostname or "", u.port or 443
 
-    def _open(self, method: str, path: str, body=None, query=None,
-              content_type: str = "application/json", timeout: float = 30):
+    def _open(
+        self, method: str, path: str, body=None, query=None, content_type: str = "application/json", timeout: float = 30
+    ):
         if self._ssl is None:
             ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
             ctx.load_cert_chain(str(self.pki / "admin.crt"), str(self.pki / "admin.key"))
             self._ssl = ctx
         url = self.server + path + ("?" + urllib.parse.urlencode(query) if query else "")
         data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(url, data=data, method=method, headers={
-            "Accept": "application/json", "Content-Type": content_type})
+        req = urllib.request.Request(
+            url, data=data, method=method, headers={"Accept": "application/json", "Content-Type": content_type}
+        )
         return urllib.request.urlopen(req, context=self._ssl, timeout=timeout)
 
-    def request(self, method: str, path: str, body=None, query=None,
-                content_type: str = "application/json", timeout: float = 30):
+    def request(
+        self, method: str, path: str, body=None, query=None, content_type: str = "application/json", timeout: float = 30
+    ):
         """Plain HTTPS call to the apiserver; raises ApiError on a non-2xx answer."""
         try:
             with self._open(method, path, body, query, content_type, timeout) as r:
@@ -76,9 +81,12 @@ class ApiClient:
         """Strategic-merge `status` into the pod; a pod gone or replaced meanwhile is only logged."""
         md = pod["metadata"]
         try:
-            self.request("PATCH", f"/api/v1/namespaces/{md['namespace']}/pods/{md['name']}/status",
-                         body={"metadata": {"uid": md["uid"]}, "status": status},
-                         content_type="application/strategic-merge-patch+json")
+            self.request(
+                "PATCH",
+                f"/api/v1/namespaces/{md['namespace']}/pods/{md['name']}/status",
+                body={"metadata": {"uid": md["uid"]}, "status": status},
+                content_type="application/strategic-merge-patch+json",
+            )
         except ApiError as e:
             if e.status not in (404, 409, 422):
                 raise
@@ -88,9 +96,16 @@ class ApiClient:
         """Finalize a pod's deletion (grace 0), as a kubelet does once its containers are gone."""
         md = pod["metadata"]
         try:
-            self.request("DELETE", f"/api/v1/namespaces/{md['namespace']}/pods/{md['name']}",
-                         body={"kind": "DeleteOptions", "apiVersion": "v1", "gracePeriodSeconds": 0,
-                               "preconditions": {"uid": md["uid"]}})
+            self.request(
+                "DELETE",
+                f"/api/v1/namespaces/{md['namespace']}/pods/{md['name']}",
+                body={
+                    "kind": "DeleteOptions",
+                    "apiVersion": "v1",
+                    "gracePeriodSeconds": 0,
+                    "preconditions": {"uid": md["uid"]},
+                },
+            )
             log(f"finalized deletion of {md['namespace']}/{md['name']}")
         except ApiError as e:
             if e.status not in (404, 409):
@@ -105,9 +120,17 @@ class ApiClient:
         errors and, when the watch expired (410), yields ("RELIST", all pods) and goes on from there."""
         while not stop.is_set():
             try:
-                resp = self._open("GET", "/api/v1/pods", query=[
-                    ("watch", "true"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
-                    ("timeoutSeconds", "240")], timeout=300)
+                resp = self._open(
+                    "GET",
+                    "/api/v1/pods",
+                    query=[
+                        ("watch", "true"),
+                        ("resourceVersion", rv),
+                        ("allowWatchBookmarks", "true"),
+                        ("timeoutSeconds", "240"),
+                    ],
+                    timeout=300,
+                )
                 with resp:
                     for line in resp:
                         if stop.is_set():

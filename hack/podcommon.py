@@ -1,4 +1,5 @@
 """What every part of the pod runner shares: the repository's place, the API's clock, the log line."""
+
 from __future__ import annotations
 
 import time

@@ -1,6 +1,7 @@
 """How the pod runner invokes a container: its argv from the pod and hack/images.yaml, its env as a
 kubelet composes it (values, fieldRef, resourceFieldRef, configMap/secret refs, envFrom, $(VAR)).
 """
+
 from __future__ import annotations
 
 import base64
@@ -15,18 +16,26 @@ from pathlib import Path
 from podapi import ApiError
 from podcommon import HACK, REPO
 
-PYTHONS = ("python", "python3", "/usr/bin/python", "/usr/bin/python3",
-           "/usr/local/bin/python", "/usr/local/bin/python3")
+PYTHONS = (
+    "python",
+    "python3",
+    "/usr/bin/python",
+    "/usr/bin/python3",
+    "/usr/local/bin/python",
+    "/usr/local/bin/python3",
+)
 
 ReadData = Callable[[str, str, str], dict]  # (kind "configMap"|"secret", namespace, name) -> data
 
 
 def expand(s: str, env: dict[str, str]) -> str:
     """Kubernetes $(VAR) expansion; $$(VAR) escapes."""
+
     def rep(m: re.Match) -> str:
         if m.group(0).startswith("$$"):
             return m.group(0)[1:]
         return env.get(m.group(1), m.group(0))
+
     return re.sub(r"\$\$?\(([A-Za-z_][A-Za-z0-9_.-]*)\)", rep, s)
 
 
@@ -37,10 +46,13 @@ def field_ref(pod: dict, path: str) -> str:
     if m:
         return (md.get(m.group(1)) or {}).get(m.group(2), "")
     simple = {
-        "metadata.name": md.get("name"), "metadata.namespace": md.get("namespace"),
-        "metadata.uid": md.get("uid"), "spec.nodeName": spec.get("nodeName"),
+        "metadata.name": md.get("name"),
+        "metadata.namespace": md.get("namespace"),
+        "metadata.uid": md.get("uid"),
+        "spec.nodeName": spec.get("nodeName"),
         "spec.serviceAccountName": spec.get("serviceAccountName"),
-        "status.podIP": st.get("podIP"), "status.hostIP": st.get("hostIP"),
+        "status.podIP": st.get("podIP"),
+        "status.hostIP": st.get("hostIP"),
         "status.podIPs": ",".join(i["ip"] for i in st.get("podIPs", [])),
         "status.hostIPs": ",".join(i["ip"] for i in st.get("hostIPs", [])),
     }
@@ -109,8 +121,10 @@ def read_bed_env(state: Path) -> dict[str, str]:
             if "=" in line:
                 k, v = line.split("=", 1)
                 env[k] = v
-    return {"RLTUNE_PUSHGATEWAY_URL": env.get("PUSHGATEWAY_URL", "http://127.0.0.1:19091"),
-            "RLTUNE_PROMETHEUS_URL": env.get("PROMETHEUS_URL", "http://127.0.0.1:19090")}
+    return {
+        "RLTUNE_PUSHGATEWAY_URL": env.get("PUSHGATEWAY_URL", "http://127.0.0.1:19091"),
+        "RLTUNE_PROMETHEUS_URL": env.get("PROMETHEUS_URL", "http://127.0.0.1:19090"),
+    }
 
 
 @dataclass
@@ -125,12 +139,15 @@ class Invoker:
 
     def __init__(self, read: ReadData, state: Path):
         import yaml
+
         from testbed import glob_to_regex  # the same translation kwok's stages use
+
         self.read = read
         self.state = state
         images = yaml.safe_load((HACK / "images.yaml").read_text())["images"]
-        self.image_rx = [(e, re.compile("^(?:" + "|".join(glob_to_regex(g) for g in e["match"]) + ")$"))
-                         for e in images]
+        self.image_rx = [
+            (e, re.compile("^(?:" + "|".join(glob_to_regex(g) for g in e["match"]) + ")$")) for e in images
+        ]
         self.python = str(REPO / ".venv" / "bin" / "python")
         if not Path(self.python).exists():
             self.python = sys.executable

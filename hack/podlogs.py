@@ -4,6 +4,7 @@ kwok serves `kubectl logs` (apiserver -> kwok's kubelet port) from a CRI-format 
 kwok `Logs` object. A pod's containers write one plain log, .state/bed/pods/<ns>_<name>.log; this
 module keeps <ns>_<name>.cri.log in step with it and creates the pod's Logs object.
 """
+
 from __future__ import annotations
 
 import time
@@ -21,7 +22,7 @@ class KubectlLogs:
         self.logdir = logdir
         logdir.mkdir(parents=True, exist_ok=True)
         self.tails: dict[str, list] = {}  # uid -> [raw log, CRI log, offset, last activity]
-        self.logs_crd = True              # kwok's Logs CRD installed
+        self.logs_crd = True  # kwok's Logs CRD installed
 
     def path(self, pod: dict) -> Path:
         """The plain log file of a pod (all its containers)."""
@@ -43,15 +44,22 @@ class KubectlLogs:
         cri = self.follow(md["uid"], logfile)
         if not self.logs_crd:
             return
-        body = {"apiVersion": "kwok.x-k8s.io/v1alpha1", "kind": "Logs",
-                "metadata": {"name": md["name"], "namespace": md["namespace"],
-                             "ownerReferences": [{"apiVersion": "v1", "kind": "Pod",
-                                                  "name": md["name"], "uid": md["uid"]}]},
-                "spec": {"logs": [{"containers": [c["name"] for c in pod["spec"]["containers"]],
-                                   "logsFile": str(cri), "follow": True}]}}
+        body = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": {
+                "name": md["name"],
+                "namespace": md["namespace"],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": md["name"], "uid": md["uid"]}],
+            },
+            "spec": {
+                "logs": [
+                    {"containers": [c["name"] for c in pod["spec"]["containers"]], "logsFile": str(cri), "follow": True}
+                ]
+            },
+        }
         try:
-            self.request("POST", f"/apis/kwok.x-k8s.io/v1alpha1/namespaces/{md['namespace']}/logs",
-                         body=body)
+            self.request("POST", f"/apis/kwok.x-k8s.io/v1alpha1/namespaces/{md['namespace']}/logs", body=body)
         except ApiError as e:
             if e.status == 404:
                 self.logs_crd = False

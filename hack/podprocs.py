@@ -6,6 +6,7 @@ its exit code is recorded even while no runner waits for it. The record of a con
 (.state/bed/runner/<pod uid>_<container>.json) holds pid + process start time (a reused pid is not
 mistaken for it), the pod's identity, its log file and, once it ended, exit code and reason.
 """
+
 from __future__ import annotations
 
 import json
@@ -99,7 +100,7 @@ class Proc:
 
 
 class ProcessTable(dict[str, Proc]):
-    """"<pod uid>_<container>" -> Proc, mirrored in record files under `recdir`."""
+    """ "<pod uid>_<container>" -> Proc, mirrored in record files under `recdir`."""
 
     def __init__(self, recdir: Path):
         super().__init__()
@@ -121,8 +122,17 @@ class ProcessTable(dict[str, Proc]):
             (self.recdir / f"{key}{suffix}").unlink(missing_ok=True)
         return self.pop(key, None)
 
-    def start(self, pod: dict, container: str, restart_count: int, argv: list[str],
-              env: dict[str, str], cwd: str, logfile: Path, sandbox) -> Proc:
+    def start(
+        self,
+        pod: dict,
+        container: str,
+        restart_count: int,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        logfile: Path,
+        sandbox,
+    ) -> Proc:
         """Run argv in its own session (in the sandbox's mount namespace), output to logfile."""
         md = pod["metadata"]
         key = f"{md['uid']}_{container}"
@@ -130,20 +140,34 @@ class ProcessTable(dict[str, Proc]):
         exitfile.unlink(missing_ok=True)
         env = {**env, "RLTUNE_EXIT_FILE": str(exitfile)}
         with open(logfile, "ab") as lf:
-            lf.write(f"==== {now_iso()} container {container} start #{restart_count}: "
-                     f"{json.dumps(argv)}\n".encode())
+            lf.write(f"==== {now_iso()} container {container} start #{restart_count}: {json.dumps(argv)}\n".encode())
             lf.flush()
             if not argv:
                 argv = ["/bin/sh", "-c", "echo 'no command for this image' >&2; exit 127"]
             # sh records the exit code even when the runner is not around to wait() for it
             p = subprocess.Popen(
                 sandbox.wrap(["/bin/sh", "-c", '"$@"; echo $? > "$RLTUNE_EXIT_FILE"', "rltune-pod", *argv]),
-                stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
-                start_new_session=True, close_fds=True)
-        rec = {"uid": md["uid"], "namespace": md["namespace"], "name": md["name"],
-               "container": container, "pid": p.pid, "starttime": proc_starttime(p.pid),
-               "exitfile": str(exitfile), "log": str(logfile), "startedAt": now_iso(),
-               "restartCount": restart_count, "argv": argv}
+                stdout=lf,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                close_fds=True,
+            )
+        rec = {
+            "uid": md["uid"],
+            "namespace": md["namespace"],
+            "name": md["name"],
+            "container": container,
+            "pid": p.pid,
+            "starttime": proc_starttime(p.pid),
+            "exitfile": str(exitfile),
+            "log": str(logfile),
+            "startedAt": now_iso(),
+            "restartCount": restart_count,
+            "argv": argv,
+        }
         self.save(rec)
         self[key] = proc = Proc(rec, p, sandbox)
         log(f"started {md['namespace']}/{md['name']} [{container}] pid {p.pid}: {' '.join(argv)}")
@@ -169,8 +193,10 @@ class ProcessTable(dict[str, Proc]):
     @staticmethod
     def terminate(p: Proc, grace: float) -> None:
         """SIGTERM the process group; `kill_escalate` sends SIGKILL once `grace` has passed."""
-        log(f"terminating {p.rec['namespace']}/{p.rec['name']} [{p.rec['container']}] "
-            f"pid {p.rec['pid']} (grace {grace:g}s)")
+        log(
+            f"terminating {p.rec['namespace']}/{p.rec['name']} [{p.rec['container']}] "
+            f"pid {p.rec['pid']} (grace {grace:g}s)"
+        )
         p.signal(signal.SIGTERM)
         p.kill_at = time.time() + grace
 

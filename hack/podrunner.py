@@ -30,6 +30,7 @@ This module is the loop (list, watch, reconcile a pod, tick); the parts live bes
 podapi (API server calls), podprocs (process table), podstatus (status writer), podinvoke (argv
 and env), podlogs (kubectl logs), podtargets (Prometheus file_sd), podsandbox (volumes, identity).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,9 +69,9 @@ class Runner:
         self.status = StatusWriter(self.api.patch_status)
         self.invoker = Invoker(self.api.read_data, state)
         self.sandboxes = PodSandboxes(state, self.api.request, *self.api.address, log)
-        self.pods: dict[str, dict] = {}         # uid -> latest pod object (mapped pods only)
+        self.pods: dict[str, dict] = {}  # uid -> latest pod object (mapped pods only)
         self.restart_at: dict[str, float] = {}  # container key -> when to restart
-        self.finalizing: set[str] = set()       # uids whose deletion we finalized
+        self.finalizing: set[str] = set()  # uids whose deletion we finalized
         self.events: queue.Queue = queue.Queue()
         self.stop = threading.Event()
 
@@ -138,16 +139,21 @@ class Runner:
         except (SandboxError, ApiError) as e:
             # what a kubelet reports when a volume cannot be set up; retried on the next event
             log(f"{md['namespace']}/{md['name']} [{c['name']}]: {e}")
-            self.status.patch_container(pod, c["name"], {"waiting": {
-                "reason": "CreateContainerConfigError", "message": str(e)[:500]}}, ready=False)
+            self.status.patch_container(
+                pod,
+                c["name"],
+                {"waiting": {"reason": "CreateContainerConfigError", "message": str(e)[:500]}},
+                ready=False,
+            )
             return
         inv = self.invoker.invocation(pod, c, sb.env)
         logfile = self.logs.path(pod)
         p = self.procs.start(pod, c["name"], restart_count, inv.argv, inv.env, inv.cwd, logfile, sb)
         self.logs.wire(pod, logfile)
         if restart_count:
-            self.status.patch_container(pod, c["name"], {"running": {"startedAt": p.rec["startedAt"]}},
-                                        ready=True, restart_count=restart_count)
+            self.status.patch_container(
+                pod, c["name"], {"running": {"startedAt": p.rec["startedAt"]}}, ready=True, restart_count=restart_count
+            )
 
     def forget(self, key: str) -> None:
         p = self.procs.forget(key)
@@ -218,18 +224,21 @@ class Runner:
         policy = pod["spec"].get("restartPolicy", "Always")
         if policy == "Always" or (policy == "OnFailure" and code != 0):
             self.restart_at[proc.key] = time.time() + backoff(n)
-            self.status.patch_container(pod, cname, {"waiting": {
-                "reason": "CrashLoopBackOff" if code else "Completed"}},
-                ready=False, restart_count=n, last_state=term)
+            self.status.patch_container(
+                pod,
+                cname,
+                {"waiting": {"reason": "CrashLoopBackOff" if code else "Completed"}},
+                ready=False,
+                restart_count=n,
+                last_state=term,
+            )
             return
-        mapped = {c["name"]: self.procs.get(f"{rec['uid']}_{c['name']}")
-                  for c in self.invoker.mapped_containers(pod)}
+        mapped = {c["name"]: self.procs.get(f"{rec['uid']}_{c['name']}") for c in self.invoker.mapped_containers(pod)}
         if not all(p is not None and p.rec.get("done") for p in mapped.values()):
             self.status.patch_container(pod, cname, term, ready=False, restart_count=n)
             return
         phase, states = final_states(pod, {k: p.rec for k, p in mapped.items()}, rec["finishedAt"])
-        self.status.patch_container(pod, cname, term, ready=False, restart_count=n,
-                                    phase=phase, all_states=states)
+        self.status.patch_container(pod, cname, term, ready=False, restart_count=n, phase=phase, all_states=states)
         self.targets.remove(pod)
 
     # ------------------------------------------------------------------ startup / watch
@@ -288,6 +297,7 @@ def main() -> int:
 
     def _stop(*_):
         r.stop.set()
+
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
     r.run()

@@ -21,6 +21,7 @@ Differences from a kubelet, on purpose: the container runs as the runner's user 
 securityContext says; the root filesystem is not made read-only; projected tokens are refreshed at
 80% of their lifetime by the runner's tick, not by a separate manager.
 """
+
 from __future__ import annotations
 
 import base64
@@ -65,8 +66,17 @@ class Sandbox:
             if m.read_only:
                 lines.append(f"mount -o remount,bind,ro {tgt}")
         lines.append('exec "$@"')
-        return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", "\n".join(lines),
-                "rltune-sandbox", *argv]
+        return [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            "\n".join(lines),
+            "rltune-sandbox",
+            *argv,
+        ]
 
 
 def _q(s: str) -> str:
@@ -78,8 +88,14 @@ class PodSandboxes:
     (the kubelet's own credentials: it reads ConfigMaps and Secrets and requests tokens for pods
     bound to it)."""
 
-    def __init__(self, state: Path, request: Callable, apiserver_host: str, apiserver_port: int,
-                 log: Callable[[str], None] = print):
+    def __init__(
+        self,
+        state: Path,
+        request: Callable,
+        apiserver_host: str,
+        apiserver_port: int,
+        log: Callable[[str], None] = print,
+    ):
         self.root = state / "volumes"
         self.request = request
         self.host, self.port = apiserver_host, apiserver_port
@@ -88,8 +104,13 @@ class PodSandboxes:
 
     # ------------------------------------------------------------------ public
     def prepare(self, pod: dict, container: dict) -> Sandbox:
-        sb = Sandbox(env={"KUBERNETES_SERVICE_HOST": self.host, "KUBERNETES_SERVICE_PORT": str(self.port),
-                          "KUBERNETES_SERVICE_PORT_HTTPS": str(self.port)})
+        sb = Sandbox(
+            env={
+                "KUBERNETES_SERVICE_HOST": self.host,
+                "KUBERNETES_SERVICE_PORT": str(self.port),
+                "KUBERNETES_SERVICE_PORT_HTTPS": str(self.port),
+            }
+        )
         mounts = container.get("volumeMounts") or []
         uid = pod["metadata"]["uid"]
         vols = {v["name"]: v for v in pod["spec"].get("volumes") or []}
@@ -141,8 +162,13 @@ class PodSandboxes:
             for s in vol["projected"].get("sources") or []:
                 if "serviceAccountToken" in s:
                     path = tmp / s["serviceAccountToken"]["path"]
-                    sb.token_files.append((dst / s["serviceAccountToken"]["path"], s["serviceAccountToken"],
-                                           self._write_token(pod, s["serviceAccountToken"], path)))
+                    sb.token_files.append(
+                        (
+                            dst / s["serviceAccountToken"]["path"],
+                            s["serviceAccountToken"],
+                            self._write_token(pod, s["serviceAccountToken"], path),
+                        )
+                    )
                 elif "configMap" in s:
                     self._keys(tmp, self._configmap(ns, s["configMap"]), s["configMap"])
                 elif "secret" in s:
@@ -193,8 +219,11 @@ class PodSandboxes:
         md = pod["metadata"]
         for it in items:
             fp = (it.get("fieldRef") or {}).get("fieldPath", "")
-            val = {"metadata.namespace": md.get("namespace"), "metadata.name": md.get("name"),
-                   "metadata.uid": md.get("uid")}.get(fp)
+            val = {
+                "metadata.namespace": md.get("namespace"),
+                "metadata.name": md.get("name"),
+                "metadata.uid": md.get("uid"),
+            }.get(fp)
             if fp in ("metadata.labels", "metadata.annotations"):
                 d = md.get(fp.split(".")[1]) or {}
                 val = "\n".join(f'{k}="{v}"' for k, v in sorted(d.items()))
@@ -206,12 +235,17 @@ class PodSandboxes:
         """TokenRequest for the pod's ServiceAccount, bound to the pod; returns when to refresh."""
         md = pod["metadata"]
         sa = pod["spec"].get("serviceAccountName") or "default"
-        spec: dict = {"expirationSeconds": int(src.get("expirationSeconds") or 3600),
-                      "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": md["name"], "uid": md["uid"]}}
+        spec: dict = {
+            "expirationSeconds": int(src.get("expirationSeconds") or 3600),
+            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": md["name"], "uid": md["uid"]},
+        }
         if src.get("audience"):
             spec["audiences"] = [src["audience"]]
-        tr = self.request("POST", f"/api/v1/namespaces/{md['namespace']}/serviceaccounts/{sa}/token",
-                          body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec})
+        tr = self.request(
+            "POST",
+            f"/api/v1/namespaces/{md['namespace']}/serviceaccounts/{sa}/token",
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+        )
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + ".new")
         tmp.write_text(tr["status"]["token"])
@@ -219,8 +253,7 @@ class PodSandboxes:
         exp = datetime.strptime(tr["status"]["expirationTimestamp"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
         now = time.time()
         life = max(60.0, exp.timestamp() - now)
-        self.log(f"service-account token for {md['namespace']}/{md['name']} (sa {sa}), "
-                 f"valid {life / 3600:.1f} h")
+        self.log(f"service-account token for {md['namespace']}/{md['name']} (sa {sa}), valid {life / 3600:.1f} h")
         return now + 0.8 * life
 
     # ------------------------------------------------------------------ names
@@ -248,10 +281,17 @@ class PodSandboxes:
             sel = (svc.get("spec") or {}).get("selector") or {}
             if not sel:
                 continue
-            ep = next((p["status"]["podIP"] for p in running
-                       if p["metadata"]["namespace"] == ns and (p.get("status") or {}).get("podIP")
-                       and not p["metadata"].get("deletionTimestamp")
-                       and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())), None)
+            ep = next(
+                (
+                    p["status"]["podIP"]
+                    for p in running
+                    if p["metadata"]["namespace"] == ns
+                    and (p.get("status") or {}).get("podIP")
+                    and not p["metadata"].get("deletionTimestamp")
+                    and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())
+                ),
+                None,
+            )
             if ep:
                 lines.append(f"{ep}\t{name}.{ns}.svc {name}.{ns}.svc.cluster.local")
         # hostname.subdomain.ns.svc of pods behind a headless Service (multi-node rendezvous)
@@ -272,4 +312,3 @@ def token_subject(token: str) -> str:
     payload = token.split(".")[1]
     payload += "=" * (-len(payload) % 4)
     return json.loads(base64.urlsafe_b64decode(payload)).get("sub", "")
-

@@ -3,6 +3,7 @@
 The status is rebuilt from the cached pod and patched whole for `containerStatuses` (a strategic
 merge by container name); the cached copy is updated so the next patch builds on it.
 """
+
 from __future__ import annotations
 
 from podcommon import now_iso
@@ -14,41 +15,54 @@ def container_statuses(pod: dict) -> dict[str, dict]:
 
 def terminated(rec: dict, lost: bool = False) -> dict:
     """The `terminated` state of a finished container record (podprocs.ProcessTable.finish)."""
-    return {"terminated": {"exitCode": rec["exitCode"], "reason": rec["reason"],
-                           "startedAt": rec["startedAt"], "finishedAt": rec["finishedAt"],
-                           **({"message": "process lost while the pod runner was down"}
-                              if lost else {})}}
+    return {
+        "terminated": {
+            "exitCode": rec["exitCode"],
+            "reason": rec["reason"],
+            "startedAt": rec["startedAt"],
+            "finishedAt": rec["finishedAt"],
+            **({"message": "process lost while the pod runner was down"} if lost else {}),
+        }
+    }
 
 
 def final_states(pod: dict, recs: dict[str, dict], finished_at: str) -> tuple[str, dict[str, dict]]:
     """Phase and container states of a pod whose mapped containers (`recs`: name -> finished record)
     are all done: Succeeded when every one exited 0; unmapped sidecars count as Completed."""
     phase = "Succeeded" if all(r["exitCode"] == 0 for r in recs.values()) else "Failed"
-    states = {c["name"]: {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": finished_at}}
-              for c in pod["spec"]["containers"] if c["name"] not in recs}
+    states = {
+        c["name"]: {"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": finished_at}}
+        for c in pod["spec"]["containers"]
+        if c["name"] not in recs
+    }
     states.update({name: terminated(r) for name, r in recs.items()})
     return phase, states
 
 
 def _conditions(status: str, reason: str | None, t: str) -> list[dict]:
     extra = {"reason": reason} if reason else {}
-    return [{"type": kind, "status": status, **extra, "lastTransitionTime": t}
-            for kind in ("Ready", "ContainersReady")]
+    return [{"type": kind, "status": status, **extra, "lastTransitionTime": t} for kind in ("Ready", "ContainersReady")]
 
 
-def status_patch(pod: dict, cname: str, state: dict, ready: bool, restart_count: int = 0,
-                 last_state: dict | None = None, phase: str | None = None,
-                 all_states: dict | None = None, t: str | None = None) -> dict:
+def status_patch(
+    pod: dict,
+    cname: str,
+    state: dict,
+    ready: bool,
+    restart_count: int = 0,
+    last_state: dict | None = None,
+    phase: str | None = None,
+    all_states: dict | None = None,
+    t: str | None = None,
+) -> dict:
     """The status patch that sets container `cname` to `state` (and the others named in
     `all_states`), with the pod's phase and Ready conditions where they change."""
     statuses = container_statuses(pod)
     out = []
     for c in pod["spec"]["containers"]:
-        s = dict(statuses.get(c["name"]) or {"name": c["name"], "image": c["image"],
-                                              "imageID": "", "restartCount": 0})
+        s = dict(statuses.get(c["name"]) or {"name": c["name"], "image": c["image"], "imageID": "", "restartCount": 0})
         if c["name"] == cname:
-            s.update({"state": state, "ready": ready, "started": "running" in state,
-                      "restartCount": restart_count})
+            s.update({"state": state, "ready": ready, "started": "running" in state, "restartCount": restart_count})
             if last_state is not None:
                 s["lastState"] = last_state
         elif all_states and c["name"] in all_states:
@@ -58,8 +72,7 @@ def status_patch(pod: dict, cname: str, state: dict, ready: bool, restart_count:
     t = t or now_iso()
     if phase:
         status["phase"] = phase
-        status["conditions"] = _conditions(
-            "False", "PodCompleted" if phase == "Succeeded" else "PodFailed", t)
+        status["conditions"] = _conditions("False", "PodCompleted" if phase == "Succeeded" else "PodFailed", t)
     elif not ready:
         status["conditions"] = _conditions("False", "ContainersNotReady", t)
     elif restart_count:
@@ -73,9 +86,17 @@ class StatusWriter:
     def __init__(self, patch_status):
         self.patch_status = patch_status
 
-    def patch_container(self, pod: dict, cname: str, state: dict, ready: bool,
-                        restart_count: int = 0, last_state: dict | None = None,
-                        phase: str | None = None, all_states: dict | None = None) -> None:
+    def patch_container(
+        self,
+        pod: dict,
+        cname: str,
+        state: dict,
+        ready: bool,
+        restart_count: int = 0,
+        last_state: dict | None = None,
+        phase: str | None = None,
+        all_states: dict | None = None,
+    ) -> None:
         status = status_patch(pod, cname, state, ready, restart_count, last_state, phase, all_states)
         self.patch_status(pod, status)
         # keep our cached copy current so later patches build on it

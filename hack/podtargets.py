@@ -3,6 +3,7 @@
 A pod annotated prometheus.io/scrape=true gets <podIP>:<prometheus.io/port> (path
 prometheus.io/path) in .state/bed/prometheus/targets/<ns>_<name>.json while it runs.
 """
+
 from __future__ import annotations
 
 import json
@@ -27,13 +28,17 @@ class ScrapeTargets:
         f = self._file(pod)
         if f.exists():
             return
-        labels = {"namespace": md["namespace"], "pod": md["name"],
-                  "__metrics_path__": ann.get("prometheus.io/path", "/metrics")}
+        labels = {
+            "namespace": md["namespace"],
+            "pod": md["name"],
+            "__metrics_path__": ann.get("prometheus.io/path", "/metrics"),
+        }
         for k, v in (md.get("labels") or {}).items():
             labels["pod_label_" + re.sub(r"[^a-zA-Z0-9_]", "_", k)] = v
         tmp = f.with_suffix(".tmp")
-        tmp.write_text(json.dumps([{"targets": [f"{pod['status']['podIP']}:{ann['prometheus.io/port']}"],
-                                    "labels": labels}]))
+        tmp.write_text(
+            json.dumps([{"targets": [f"{pod['status']['podIP']}:{ann['prometheus.io/port']}"], "labels": labels}])
+        )
         tmp.replace(f)
 
     def remove(self, pod: dict) -> None:

@@ -12,6 +12,7 @@ Processes (all on 127.0.0.1, pid files + logs under .state/bed/):
     kwok :20247, prometheus :19090, pushgateway :19091, the pod runner (hack/podrunner.py).
 See docs/testbed.md. Binaries come from hack/binaries.sh (built once per machine).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,11 +75,21 @@ GFD_FIXTURE = HACK / "gfd" / "labels.yaml"
 def gpu_types() -> dict[str, dict]:
     """{type: entry}: entry["labels"] are the node labels, entry["taint"] the GPU taint."""
     import yaml
+
     doc = yaml.safe_load(GFD_FIXTURE.read_text())
     return {name: dict(entry, taint=dict(doc["taint"])) for name, entry in doc["types"].items()}
 
-ORDER = ["etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok",
-         "pushgateway", "prometheus", "podrunner"]
+
+ORDER = [
+    "etcd",
+    "kube-apiserver",
+    "kube-controller-manager",
+    "kube-scheduler",
+    "kwok",
+    "pushgateway",
+    "prometheus",
+    "podrunner",
+]
 
 
 def log(msg: str) -> None:
@@ -169,8 +180,16 @@ def start_process(name: str, argv: list[str], env: dict | None = None) -> int:
     logf.flush()
     full_env = dict(os.environ)
     full_env.update(env or {})
-    p = subprocess.Popen(argv, stdout=logf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                         env=full_env, cwd=str(REPO), start_new_session=True, close_fds=True)
+    p = subprocess.Popen(
+        argv,
+        stdout=logf,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=full_env,
+        cwd=str(REPO),
+        start_new_session=True,
+        close_fds=True,
+    )
     logf.close()
     _POPENS[name] = p
     _pid_file(name).write_text(json.dumps({"pid": p.pid, "exe": argv[0], "argv": argv}))
@@ -232,21 +251,60 @@ def ensure_pki() -> None:
     PKI.mkdir(parents=True, exist_ok=True)
     log("generating CA, serving cert, admin client cert, service-account key (openssl)")
     d = str(PKI)
-    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/ca.key",
-             "-out", f"{d}/ca.crt", "-days", "3650", "-subj", "/CN=rltune-testbed-ca")
-    sans = ("subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
-            "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,"
-            "IP:127.0.0.1,IP:10.96.0.1")
+    _openssl(
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        f"{d}/ca.key",
+        "-out",
+        f"{d}/ca.crt",
+        "-days",
+        "3650",
+        "-subj",
+        "/CN=rltune-testbed-ca",
+    )
+    sans = (
+        "subjectAltName=DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,"
+        "DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,"
+        "IP:127.0.0.1,IP:10.96.0.1"
+    )
     for name, subj, ext in [
         ("apiserver", "/CN=kube-apiserver", f"{sans}\nextendedKeyUsage=serverAuth,clientAuth\n"),
         ("admin", "/O=system:masters/CN=rltune-admin", "extendedKeyUsage=clientAuth\n"),
     ]:
         (PKI / f"{name}.ext").write_text("keyUsage=critical,digitalSignature,keyEncipherment\n" + ext)
-        _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/{name}.key",
-                 "-out", f"{d}/{name}.csr", "-subj", subj)
-        _openssl("x509", "-req", "-in", f"{d}/{name}.csr", "-CA", f"{d}/ca.crt", "-CAkey",
-                 f"{d}/ca.key", "-CAcreateserial", "-out", f"{d}/{name}.crt", "-days", "3650",
-                 "-extfile", f"{d}/{name}.ext")
+        _openssl(
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            f"{d}/{name}.key",
+            "-out",
+            f"{d}/{name}.csr",
+            "-subj",
+            subj,
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{d}/{name}.csr",
+            "-CA",
+            f"{d}/ca.crt",
+            "-CAkey",
+            f"{d}/ca.key",
+            "-CAcreateserial",
+            "-out",
+            f"{d}/{name}.crt",
+            "-days",
+            "3650",
+            "-extfile",
+            f"{d}/{name}.ext",
+        )
     _openssl("genrsa", "-out", f"{d}/sa.key", "2048")
     _openssl("rsa", "-in", f"{d}/sa.key", "-pubout", "-out", f"{d}/sa.pub")
     for f in PKI.iterdir():
@@ -259,13 +317,21 @@ def write_kubeconfig() -> None:
         return base64.b64encode((PKI / name).read_bytes()).decode()
 
     cfg = {
-        "apiVersion": "v1", "kind": "Config", "preferences": {},
-        "clusters": [{"name": "rltune-bed", "cluster": {
-            "server": APISERVER_URL, "certificate-authority-data": b64("ca.crt")}}],
-        "users": [{"name": "rltune-admin", "user": {
-            "client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}}],
-        "contexts": [{"name": "rltune-bed", "context": {
-            "cluster": "rltune-bed", "user": "rltune-admin", "namespace": "default"}}],
+        "apiVersion": "v1",
+        "kind": "Config",
+        "preferences": {},
+        "clusters": [
+            {"name": "rltune-bed", "cluster": {"server": APISERVER_URL, "certificate-authority-data": b64("ca.crt")}}
+        ],
+        "users": [
+            {
+                "name": "rltune-admin",
+                "user": {"client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")},
+            }
+        ],
+        "contexts": [
+            {"name": "rltune-bed", "context": {"cluster": "rltune-bed", "user": "rltune-admin", "namespace": "default"}}
+        ],
         "current-context": "rltune-bed",
     }
     tmp = KUBECONFIG.with_suffix(".tmp")
@@ -299,6 +365,7 @@ def http_ok(url: str, timeout: float = 2.0) -> bool:
 # ----------------------------------------------------------------------------- configs
 def load_images() -> list[dict]:
     import yaml
+
     return yaml.safe_load((HACK / "images.yaml").read_text())["images"]
 
 
@@ -328,7 +395,7 @@ def kwok_config() -> str:
     rx = image_regex().replace("\\", "\\\\").replace('"', '\\"')
     mapped = f'[.spec.containers.[].image | test("{rx}")] | any'
     docs = [f.read_text().replace(MAPPED_IMAGES, mapped) for f in sorted(KWOK_STAGES.glob("*.yaml"))]
-    return "---\n".join(d[d.index("apiVersion:"):] for d in docs)
+    return "---\n".join(d[d.index("apiVersion:") :] for d in docs)
 
 
 def kwok_logs_crd() -> dict:
@@ -336,15 +403,24 @@ def kwok_logs_crd() -> dict:
     naming the CRI-format log file kwok serves to `kubectl logs`."""
     open_obj = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": "logs.kwok.x-k8s.io"},
         "spec": {
-            "group": "kwok.x-k8s.io", "scope": "Namespaced",
+            "group": "kwok.x-k8s.io",
+            "scope": "Namespaced",
             "names": {"kind": "Logs", "listKind": "LogsList", "plural": "logs", "singular": "logs"},
-            "versions": [{"name": "v1alpha1", "served": True, "storage": True,
-                          "subresources": {"status": {}},
-                          "schema": {"openAPIV3Schema": {"type": "object", "properties": {
-                              "spec": open_obj, "status": open_obj}}}}],
+            "versions": [
+                {
+                    "name": "v1alpha1",
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "schema": {
+                        "openAPIV3Schema": {"type": "object", "properties": {"spec": open_obj, "status": open_obj}}
+                    },
+                }
+            ],
         },
     }
 
@@ -352,8 +428,10 @@ def kwok_logs_crd() -> dict:
 def ensure_crds() -> None:
     req = urllib.request.Request(
         APISERVER_URL + "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
-        data=json.dumps(kwok_logs_crd()).encode(), method="POST",
-        headers={"Content-Type": "application/json"})
+        data=json.dumps(kwok_logs_crd()).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     try:
         urllib.request.urlopen(req, context=_ssl_ctx(), timeout=10).close()
     except urllib.error.HTTPError as e:
@@ -364,6 +442,7 @@ def ensure_crds() -> None:
         code, body = api_get("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/logs.kwok.x-k8s.io")
         conds = json.loads(body).get("status", {}).get("conditions", []) if code == 200 else []
         return any(c["type"] == "Established" and c["status"] == "True" for c in conds)
+
     wait_for("kwok Logs CRD", established, 30)
 
 
@@ -404,10 +483,10 @@ scrape_configs:
 - job_name: pushgateway
   honor_labels: true
   static_configs:
-  - targets: ["{HOST}:{PORTS['pushgateway']}"]
+  - targets: ["{HOST}:{PORTS["pushgateway"]}"]
 - job_name: rltune-operator
   static_configs:
-  - targets: ["{HOST}:{PORTS['operator-metrics']}"]
+  - targets: ["{HOST}:{PORTS["operator-metrics"]}"]
 # trial pods that expose metrics: the pod runner writes one file per pod annotated
 # prometheus.io/scrape: "true" (+ prometheus.io/port, prometheus.io/path)
 - job_name: rltune-pods
@@ -421,13 +500,14 @@ scrape_configs:
     target_label: __metrics_path__
 - job_name: prometheus
   static_configs:
-  - targets: ["{HOST}:{PORTS['prometheus']}"]
+  - targets: ["{HOST}:{PORTS["prometheus"]}"]
 """
 
 
 # ----------------------------------------------------------------------------- pools
 def load_pools() -> list[dict]:
     import yaml
+
     path = Path(os.environ.get("RLTUNE_POOLS_FILE", str(HACK / "pools.yaml")))
     pools = yaml.safe_load(path.read_text())["pools"]
     gpu = next((p for p in pools if p.get("gpuType")), None)
@@ -442,8 +522,7 @@ def load_pools() -> list[dict]:
     return pools
 
 
-def node_manifest(pool: str, index: int, gpu_type: str | None, gpus_per_node: int,
-                  cpu: str, memory: str) -> dict:
+def node_manifest(pool: str, index: int, gpu_type: str | None, gpus_per_node: int, cpu: str, memory: str) -> dict:
     name = f"{pool}-{index}"
     labels = {
         "type": "kwok",
@@ -453,8 +532,7 @@ def node_manifest(pool: str, index: int, gpu_type: str | None, gpus_per_node: in
         "kubernetes.io/arch": "amd64",
         "node.kubernetes.io/exclude-from-external-load-balancers": "true",
     }
-    capacity = {"cpu": str(cpu), "memory": str(memory), "pods": "110",
-                "ephemeral-storage": "7Ti"}
+    capacity = {"cpu": str(cpu), "memory": str(memory), "pods": "110", "ephemeral-storage": "7Ti"}
     taints = []
     if gpu_type:
         info = gpu_types().get(gpu_type.upper())
@@ -466,22 +544,33 @@ def node_manifest(pool: str, index: int, gpu_type: str | None, gpus_per_node: in
         capacity["nvidia.com/gpu"] = str(gpus_per_node)
         taints.append(dict(info["taint"]))
     return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": labels,
-                     "annotations": {KWOK_NODE_ANNOTATION: "fake",
-                                     "node.alpha.kubernetes.io/ttl": "0"}},
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": labels,
+            "annotations": {KWOK_NODE_ANNOTATION: "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
         "spec": {"taints": taints},
-        "status": {"capacity": capacity, "allocatable": dict(capacity),
-                   "phase": "Pending"},
+        "status": {"capacity": capacity, "allocatable": dict(capacity), "phase": "Pending"},
     }
 
 
-def create_pool(api, name: str, gpu_type: str | None = "B300", nodes: int = 8,
-                gpus_per_node: int = 8, cpu: str = "224", memory: str = "4Ti",
-                wait_ready: bool = True, timeout: float = 60.0) -> list[str]:
+def create_pool(
+    api,
+    name: str,
+    gpu_type: str | None = "B300",
+    nodes: int = 8,
+    gpus_per_node: int = 8,
+    cpu: str = "224",
+    memory: str = "4Ti",
+    wait_ready: bool = True,
+    timeout: float = 60.0,
+) -> list[str]:
     """Create (idempotently) `nodes` kwok nodes named <name>-<i>. `api` is a
     kubernetes.client.CoreV1Api. Returns the node names; waits until kwok marks them Ready."""
     from kubernetes.client.rest import ApiException
+
     names = []
     for i in range(nodes):
         body = node_manifest(name, i, gpu_type, gpus_per_node, cpu, memory)
@@ -514,6 +603,7 @@ def delete_pool(api, name: str) -> None:
 
 def core_api():
     from kubernetes import client, config
+
     return client.CoreV1Api(config.new_client_from_config(str(KUBECONFIG)))
 
 
@@ -523,32 +613,42 @@ def component_argv(bins: Path) -> dict[str, list[str]]:
     kc = str(KUBECONFIG)
     return {
         "etcd": [
-            str(bins / "etcd"), "--name=bed", f"--data-dir={s}/etcd",
+            str(bins / "etcd"),
+            "--name=bed",
+            f"--data-dir={s}/etcd",
             f"--listen-client-urls=http://{HOST}:{PORTS['etcd']}",
             f"--advertise-client-urls=http://{HOST}:{PORTS['etcd']}",
             f"--listen-peer-urls=http://{HOST}:{PORTS['etcd-peer']}",
             f"--initial-advertise-peer-urls=http://{HOST}:{PORTS['etcd-peer']}",
             f"--initial-cluster=bed=http://{HOST}:{PORTS['etcd-peer']}",
-            "--listen-metrics-urls=", "--unsafe-no-fsync=true", "--quota-backend-bytes=4294967296",
+            "--listen-metrics-urls=",
+            "--unsafe-no-fsync=true",
+            "--quota-backend-bytes=4294967296",
             "--log-level=warn",
         ],
         "kube-apiserver": [
             str(bins / "kube-apiserver"),
             f"--etcd-servers=http://{HOST}:{PORTS['etcd']}",
-            f"--bind-address={HOST}", f"--advertise-address={HOST}",
+            f"--bind-address={HOST}",
+            f"--advertise-address={HOST}",
             f"--secure-port={PORTS['kube-apiserver']}",
-            f"--tls-cert-file={s}/pki/apiserver.crt", f"--tls-private-key-file={s}/pki/apiserver.key",
+            f"--tls-cert-file={s}/pki/apiserver.crt",
+            f"--tls-private-key-file={s}/pki/apiserver.key",
             f"--client-ca-file={s}/pki/ca.crt",
             f"--service-account-key-file={s}/pki/sa.pub",
             f"--service-account-signing-key-file={s}/pki/sa.key",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--authorization-mode=Node,RBAC", "--allow-privileged=true",
+            "--authorization-mode=Node,RBAC",
+            "--allow-privileged=true",
             "--enable-admission-plugins=NamespaceLifecycle,ServiceAccount,DefaultTolerationSeconds,"
             "ResourceQuota,LimitRanger,Priority,DefaultStorageClass,"
             "MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy",
-            f"--audit-policy-file={s}/audit-policy.yaml", f"--audit-log-path={AUDIT_LOG}",
-            "--audit-log-format=json", "--audit-log-maxsize=200", "--audit-log-maxbackup=2",
+            f"--audit-policy-file={s}/audit-policy.yaml",
+            f"--audit-log-path={AUDIT_LOG}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=200",
+            "--audit-log-maxbackup=2",
             "--audit-log-mode=blocking",
             f"--kubelet-client-certificate={s}/pki/apiserver.crt",
             f"--kubelet-client-key={s}/pki/apiserver.key",
@@ -561,51 +661,81 @@ def component_argv(bins: Path) -> dict[str, list[str]]:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={s}/pki/apiserver.crt",
             f"--proxy-client-key-file={s}/pki/apiserver.key",
-            "--profiling=false", "--v=1",
+            "--profiling=false",
+            "--v=1",
         ],
         "kube-controller-manager": [
-            str(bins / "kube-controller-manager"), f"--kubeconfig={kc}",
-            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-            f"--bind-address={HOST}", f"--secure-port={PORTS['kube-controller-manager']}",
-            "--leader-elect=false", "--controllers=*",
+            str(bins / "kube-controller-manager"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            f"--bind-address={HOST}",
+            f"--secure-port={PORTS['kube-controller-manager']}",
+            "--leader-elect=false",
+            "--controllers=*",
             f"--root-ca-file={s}/pki/ca.crt",
             f"--service-account-private-key-file={s}/pki/sa.key",
             "--use-service-account-credentials=false",
             f"--service-cluster-ip-range={SERVICE_CIDR}",
-            "--node-monitor-grace-period=3m", "--node-monitor-period=10s",
-            "--concurrent-gc-syncs=20", "--kube-api-qps=500", "--kube-api-burst=1000",
-            "--profiling=false", "--v=1",
+            "--node-monitor-grace-period=3m",
+            "--node-monitor-period=10s",
+            "--concurrent-gc-syncs=20",
+            "--kube-api-qps=500",
+            "--kube-api-burst=1000",
+            "--profiling=false",
+            "--v=1",
         ],
         "kube-scheduler": [
-            str(bins / "kube-scheduler"), f"--kubeconfig={kc}",
-            f"--authentication-kubeconfig={kc}", f"--authorization-kubeconfig={kc}",
-            f"--bind-address={HOST}", f"--secure-port={PORTS['kube-scheduler']}",
-            "--leader-elect=false", "--kube-api-qps=500", "--kube-api-burst=1000",
-            "--profiling=false", "--v=1",
+            str(bins / "kube-scheduler"),
+            f"--kubeconfig={kc}",
+            f"--authentication-kubeconfig={kc}",
+            f"--authorization-kubeconfig={kc}",
+            f"--bind-address={HOST}",
+            f"--secure-port={PORTS['kube-scheduler']}",
+            "--leader-elect=false",
+            "--kube-api-qps=500",
+            "--kube-api-burst=1000",
+            "--profiling=false",
+            "--v=1",
         ],
         "kwok": [
-            str(bins / "kwok"), f"--kubeconfig={kc}", f"--config={s}/kwok.yaml",
+            str(bins / "kwok"),
+            f"--kubeconfig={kc}",
+            f"--config={s}/kwok.yaml",
             f"--manage-nodes-with-annotation-selector={KWOK_NODE_ANNOTATION}=fake",
-            f"--cidr={POD_CIDR}", f"--node-ip={HOST}",
-            f"--node-port={PORTS['kwok']}", f"--server-address={HOST}:{PORTS['kwok']}",
-            f"--tls-cert-file={s}/pki/apiserver.crt", f"--tls-private-key-file={s}/pki/apiserver.key",
-            "--node-lease-duration-seconds=40", "--enable-crds=Logs", "--v=WARN",
+            f"--cidr={POD_CIDR}",
+            f"--node-ip={HOST}",
+            f"--node-port={PORTS['kwok']}",
+            f"--server-address={HOST}:{PORTS['kwok']}",
+            f"--tls-cert-file={s}/pki/apiserver.crt",
+            f"--tls-private-key-file={s}/pki/apiserver.key",
+            "--node-lease-duration-seconds=40",
+            "--enable-crds=Logs",
+            "--v=WARN",
         ],
         "pushgateway": [
             system_bin("prometheus-pushgateway"),
             f"--web.listen-address={HOST}:{PORTS['pushgateway']}",
-            f"--persistence.file={s}/pushgateway.db", "--persistence.interval=5s",
-            "--web.enable-admin-api", "--log.level=warn",
+            f"--persistence.file={s}/pushgateway.db",
+            "--persistence.interval=5s",
+            "--web.enable-admin-api",
+            "--log.level=warn",
         ],
         "prometheus": [
-            system_bin("prometheus"), f"--config.file={s}/prometheus/prometheus.yml",
+            system_bin("prometheus"),
+            f"--config.file={s}/prometheus/prometheus.yml",
             f"--storage.tsdb.path={s}/prometheus/data",
             f"--web.listen-address={HOST}:{PORTS['prometheus']}",
-            "--web.enable-lifecycle", "--web.enable-admin-api",
-            "--storage.tsdb.retention.time=7d", "--log.level=warn",
+            "--web.enable-lifecycle",
+            "--web.enable-admin-api",
+            "--storage.tsdb.retention.time=7d",
+            "--log.level=warn",
         ],
         "podrunner": [
-            sys.executable, str(HACK / "podrunner.py"), f"--kubeconfig={kc}", f"--state={s}",
+            sys.executable,
+            str(HACK / "podrunner.py"),
+            f"--kubeconfig={kc}",
+            f"--state={s}",
         ],
     }
 
@@ -624,7 +754,8 @@ def write_env_file() -> None:
     (STATE / "env").write_text(
         f"KUBECONFIG={KUBECONFIG}\nPROMETHEUS_URL={PROMETHEUS_URL}\n"
         f"PUSHGATEWAY_URL={PUSHGATEWAY_URL}\nRLTUNE_BED_STATE={STATE}\n"
-        f"RLTUNE_AUDIT_LOG={AUDIT_LOG}\n")
+        f"RLTUNE_AUDIT_LOG={AUDIT_LOG}\n"
+    )
 
 
 def up(wait: bool = True) -> None:
@@ -659,21 +790,32 @@ def up(wait: bool = True) -> None:
     for p in load_pools():
         if p["name"] in existing:
             continue
-        names = create_pool(api, p["name"], p.get("gpuType"), int(p.get("nodes", 1)),
-                            int(p.get("gpusPerNode", 8)), str(p.get("cpu", "32")),
-                            str(p.get("memory", "128Gi")), wait_ready=wait)
+        names = create_pool(
+            api,
+            p["name"],
+            p.get("gpuType"),
+            int(p.get("nodes", 1)),
+            int(p.get("gpusPerNode", 8)),
+            str(p.get("cpu", "32")),
+            str(p.get("memory", "128Gi")),
+            wait_ready=wait,
+        )
         log(f"pool {p['name']}: {len(names)} nodes ({p.get('gpuType') or 'cpu'})")
     write_env_file()
     start_process("podrunner", argv["podrunner"])
     if wait:
+
         def default_sa() -> bool:
-            return any(sa.metadata.name == "default"
-                       for sa in api.list_namespaced_service_account("default").items)
+            return any(sa.metadata.name == "default" for sa in api.list_namespaced_service_account("default").items)
+
         wait_for("ServiceAccount default/default", default_sa, 60, "kube-controller-manager")
-        wait_for("kube-scheduler", lambda: api_get("/api/v1/namespaces/default")[0] == 200
-                 and _healthz(PORTS["kube-scheduler"]), 60, "kube-scheduler")
-    log(f"test bed up in {time.time() - t0:.1f}s ({'fresh' if fresh else 'existing data'}); "
-        f"KUBECONFIG={KUBECONFIG}")
+        wait_for(
+            "kube-scheduler",
+            lambda: api_get("/api/v1/namespaces/default")[0] == 200 and _healthz(PORTS["kube-scheduler"]),
+            60,
+            "kube-scheduler",
+        )
+    log(f"test bed up in {time.time() - t0:.1f}s ({'fresh' if fresh else 'existing data'}); KUBECONFIG={KUBECONFIG}")
     print(f"test bed is up (kubeconfig {KUBECONFIG})")
 
 
@@ -693,7 +835,7 @@ def down(keep_data: bool = False) -> None:
         stop_process(name)
     # the runner kills its pods' process groups on SIGTERM; sweep leftovers (marked by env)
     for pid in pod_process_pids():
-        for kill in (lambda: os.killpg(pid, signal.SIGKILL), lambda: os.kill(pid, signal.SIGKILL)):
+        for kill in (lambda p=pid: os.killpg(p, signal.SIGKILL), lambda p=pid: os.kill(p, signal.SIGKILL)):
             try:
                 kill()
             except (ProcessLookupError, PermissionError):
@@ -775,8 +917,10 @@ def main(argv: list[str] | None = None) -> int:
     elif a.cmd == "kubeconfig":
         print(KUBECONFIG)
     elif a.cmd == "env":
-        print(f"KUBECONFIG={KUBECONFIG}\nPROMETHEUS_URL={PROMETHEUS_URL}\n"
-              f"PUSHGATEWAY_URL={PUSHGATEWAY_URL}\nRLTUNE_BED_STATE={STATE}\nRLTUNE_AUDIT_LOG={AUDIT_LOG}")
+        print(
+            f"KUBECONFIG={KUBECONFIG}\nPROMETHEUS_URL={PROMETHEUS_URL}\n"
+            f"PUSHGATEWAY_URL={PUSHGATEWAY_URL}\nRLTUNE_BED_STATE={STATE}\nRLTUNE_AUDIT_LOG={AUDIT_LOG}"
+        )
     elif a.cmd == "kwok-config":
         print(kwok_config())
     return 0

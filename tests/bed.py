@@ -5,6 +5,7 @@ Fixtures (tests/conftest.py):
     namespace  function: a fresh namespace name, its pods removed and it deleted afterwards
     core       function: kubernetes CoreV1Api bound to the bed
 """
+
 from __future__ import annotations
 
 import json
@@ -22,11 +23,11 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "hack"))
 import testbed  # noqa: E402  (hack/testbed.py)
 
-create_pool = testbed.create_pool     # create_pool(api, name, gpu_type, nodes, gpus_per_node, ...)
-delete_pool = testbed.delete_pool     # delete_pool(api, name)
+create_pool = testbed.create_pool  # create_pool(api, name, gpu_type, nodes, gpus_per_node, ...)
+delete_pool = testbed.delete_pool  # delete_pool(api, name)
 GPU_TYPES = testbed.gpu_types()
 
-TRIAL_IMAGE = "rltune/trial:dev"      # mapped: the pod runner executes it locally
+TRIAL_IMAGE = "rltune/trial:dev"  # mapped: the pod runner executes it locally
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # unmapped: kwok's default behaviour
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
 
@@ -49,8 +50,9 @@ class TrialPodWatch:
 
         def run():
             try:
-                for ev in self._w.stream(core.list_namespaced_pod, ns, label_selector=sel, resource_version=rv,
-                                         timeout_seconds=timeout_s):
+                for ev in self._w.stream(
+                    core.list_namespaced_pod, ns, label_selector=sel, resource_version=rv, timeout_seconds=timeout_s
+                ):
                     with self._lock:
                         self.on_event(ev["type"], ev["object"])
             except Exception:  # noqa: BLE001 - the watch ends with the test
@@ -79,17 +81,24 @@ class Bed:
 
     def api_client(self):
         from kubernetes import config
+
         return config.new_client_from_config(str(self.kubeconfig))
 
     def core(self):
         from kubernetes import client
+
         return client.CoreV1Api(self.api_client())
 
     def env(self) -> dict[str, str]:
         """Environment for a subprocess (kubectl, helm, the operator) that targets the bed."""
         e = dict(os.environ)
-        e.update({"KUBECONFIG": str(self.kubeconfig), "PROMETHEUS_URL": self.prometheus_url,
-                  "PUSHGATEWAY_URL": self.pushgateway_url})
+        e.update(
+            {
+                "KUBECONFIG": str(self.kubeconfig),
+                "PROMETHEUS_URL": self.prometheus_url,
+                "PUSHGATEWAY_URL": self.pushgateway_url,
+            }
+        )
         e["PATH"] = f"{self.bin_dir}{os.pathsep}{e.get('PATH', '')}"
         return e
 
@@ -104,10 +113,16 @@ class Bed:
 
 
 def current() -> Bed:
-    return Bed(repo=REPO, kubeconfig=testbed.KUBECONFIG, prometheus_url=testbed.PROMETHEUS_URL,
-               pushgateway_url=testbed.PUSHGATEWAY_URL, state_dir=testbed.STATE,
-               audit_log=testbed.AUDIT_LOG, pod_logs=testbed.STATE / "pods",
-               ports=dict(testbed.PORTS))
+    return Bed(
+        repo=REPO,
+        kubeconfig=testbed.KUBECONFIG,
+        prometheus_url=testbed.PROMETHEUS_URL,
+        pushgateway_url=testbed.PUSHGATEWAY_URL,
+        state_dir=testbed.STATE,
+        audit_log=testbed.AUDIT_LOG,
+        pod_logs=testbed.STATE / "pods",
+        ports=dict(testbed.PORTS),
+    )
 
 
 def ensure_bed() -> Bed:
@@ -130,8 +145,9 @@ def wait_for(cond, timeout: float = 30.0, interval: float = 0.2, what: str = "co
         except Exception as e:  # noqa: BLE001 - keep polling, report the last error
             last = e
         if time.time() > deadline:
-            raise TimeoutError(f"timed out after {timeout}s waiting for {what}"
-                               + (f" (last error: {last!r})" if last else ""))
+            raise TimeoutError(
+                f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last!r})" if last else "")
+            )
         time.sleep(interval)
 
 
@@ -139,6 +155,7 @@ def wait_pod(core, namespace: str, name: str, phases=("Succeeded", "Failed"), ti
     def check():
         p = core.read_namespaced_pod(name, namespace)
         return p if p.status.phase in phases else None
+
     return wait_for(check, timeout, what=f"pod {namespace}/{name} in {phases}")
 
 
@@ -151,6 +168,7 @@ def wait_pod_gone(core, namespace: str, name: str, timeout=30.0) -> None:
             return False
         except ApiException as e:
             return e.status == 404
+
     wait_for(gone, timeout, what=f"pod {namespace}/{name} deleted")
 
 
@@ -163,23 +181,48 @@ def unique(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
-def gpu_pod(name: str, gpus: int, product: str = GPU_TYPES["B300"]["labels"]["nvidia.com/gpu.product"], image: str = PAUSE_IMAGE,
-            node_selector: dict | None = None, **spec) -> dict:
+def gpu_pod(
+    name: str,
+    gpus: int,
+    product: str = GPU_TYPES["B300"]["labels"]["nvidia.com/gpu.product"],
+    image: str = PAUSE_IMAGE,
+    node_selector: dict | None = None,
+    **spec,
+) -> dict:
     sel = {"nvidia.com/gpu.product": product}
     sel.update(node_selector or {})
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-        "spec": {"containers": [{"name": "main", "image": image,
-                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)},
-                                               "requests": {"cpu": "1", "memory": "1Gi"}}}],
-                 "nodeSelector": sel, "tolerations": [GPU_TOLERATION],
-                 "restartPolicy": "Never", "terminationGracePeriodSeconds": 5, **spec},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "1", "memory": "1Gi"}},
+                }
+            ],
+            "nodeSelector": sel,
+            "tolerations": [GPU_TOLERATION],
+            "restartPolicy": "Never",
+            "terminationGracePeriodSeconds": 5,
+            **spec,
+        },
     }
 
 
-def python_pod(name: str, code: str, *, env: list | None = None, grace: int = 5,
-               labels: dict | None = None, annotations: dict | None = None,
-               owner: dict | None = None, restart_policy: str = "Never") -> dict:
+def python_pod(
+    name: str,
+    code: str,
+    *,
+    env: list | None = None,
+    grace: int = 5,
+    labels: dict | None = None,
+    annotations: dict | None = None,
+    owner: dict | None = None,
+    restart_policy: str = "Never",
+) -> dict:
     """A pod the runner executes locally: `python -c code` (python -> the repo's .venv)."""
     env = [  # downward API first, so later entries can use $(POD_NAME) etc.
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
@@ -191,16 +234,26 @@ def python_pod(name: str, code: str, *, env: list | None = None, grace: int = 5,
     if owner:
         md["ownerReferences"] = [owner]
     return {
-        "apiVersion": "v1", "kind": "Pod", "metadata": md,
-        "spec": {"containers": [{"name": "trial", "image": TRIAL_IMAGE,
-                                 "command": ["python", "-c", code], "env": env}],
-                 "restartPolicy": restart_policy, "terminationGracePeriodSeconds": grace},
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": md,
+        "spec": {
+            "containers": [{"name": "trial", "image": TRIAL_IMAGE, "command": ["python", "-c", code], "env": env}],
+            "restartPolicy": restart_policy,
+            "terminationGracePeriodSeconds": grace,
+        },
     }
 
 
 def owner_ref(obj, kind: str, api_version: str = "v1", controller: bool = True) -> dict:
-    return {"apiVersion": api_version, "kind": kind, "name": obj.metadata.name,
-            "uid": obj.metadata.uid, "controller": controller, "blockOwnerDeletion": True}
+    return {
+        "apiVersion": api_version,
+        "kind": kind,
+        "name": obj.metadata.name,
+        "uid": obj.metadata.uid,
+        "controller": controller,
+        "blockOwnerDeletion": True,
+    }
 
 
 # ----------------------------------------------------------------------------- processes
@@ -242,8 +295,9 @@ def push_metric(pushgateway_url: str, job: str, text: str, **grouping: str) -> N
     path = f"/metrics/job/{urllib.parse.quote(job, safe='')}"
     for k, v in grouping.items():
         path += f"/{k}/{urllib.parse.quote(v, safe='')}"
-    req = urllib.request.Request(pushgateway_url + path, data=text.encode(), method="PUT",
-                                 headers={"Content-Type": "text/plain; version=0.0.4"})
+    req = urllib.request.Request(
+        pushgateway_url + path, data=text.encode(), method="PUT", headers={"Content-Type": "text/plain; version=0.0.4"}
+    )
     with urllib.request.urlopen(req, timeout=10) as r:
         assert r.status in (200, 202), r.status
 
@@ -275,8 +329,12 @@ def pod_creations(bed: "Bed", namespace: str):
     """Successful pod creations (HTTP 201) per pod name: a name counted twice is a duplicate pod."""
     c: Counter = Counter()
     for ev, ref in audit_events(bed, namespace):
-        if (ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource")
-                and (ev.get("responseStatus") or {}).get("code") == 201
-                and "dryRun=" not in ev.get("requestURI", "")):  # a server-side dry run persists nothing
+        if (
+            ev.get("verb") == "create"
+            and ref.get("resource") == "pods"
+            and not ref.get("subresource")
+            and (ev.get("responseStatus") or {}).get("code") == 201
+            and "dryRun=" not in ev.get("requestURI", "")
+        ):  # a server-side dry run persists nothing
             c[ref.get("name")] += 1
     return c

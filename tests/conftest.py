@@ -8,6 +8,7 @@
 Any test using `bed` (directly or through `core`/`namespace`) is marked `bed` automatically.
 Set RLTUNE_SKIP_BED=1 to skip them instead of starting the bed.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,13 +59,16 @@ def core(bed):
 @pytest.fixture
 def namespace(bed, core, request):
     from kubernetes.client.rest import ApiException
+
     base = re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
     name = bedlib.unique(f"t-{base}")
-    core.create_namespace({"apiVersion": "v1", "kind": "Namespace",
-                           "metadata": {"name": name, "labels": {"rltune.io/test": "true"}}})
+    core.create_namespace(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": {"rltune.io/test": "true"}}}
+    )
     # pods are rejected until the controller-manager made the namespace's ServiceAccount
-    bedlib.wait_for(lambda: core.read_namespaced_service_account("default", name), 30,
-                    what=f"ServiceAccount {name}/default")
+    bedlib.wait_for(
+        lambda: core.read_namespaced_service_account("default", name), 30, what=f"ServiceAccount {name}/default"
+    )
     yield name
     # free the (simulated) GPUs before the next test: delete pods, wait until they are gone
     try:

@@ -1,11 +1,11 @@
 """`rltune` command line: plan, tune --local, report, operator.
 
-    rltune plan JOB.yaml [--top N]                      forecast-only ranking, no trials
-    rltune tune JOB.yaml --local [--real] [--report out.md|out.html] [--results out.json]
-    rltune report RESULTS.json --output out.md|out.html
-    rltune report --job NAMESPACE/NAME --output out.html  from a job the operator ran
-    rltune --version
-    rltune operator [...]                               the kopf operator (rltune.controller)
+rltune plan JOB.yaml [--top N]                      forecast-only ranking, no trials
+rltune tune JOB.yaml --local [--real] [--report out.md|out.html] [--results out.json]
+rltune report RESULTS.json --output out.md|out.html
+rltune report --job NAMESPACE/NAME --output out.html  from a job the operator ran
+rltune --version
+rltune operator [...]                               the kopf operator (rltune.controller)
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _fmt_changes(ch: dict, width: int = 110) -> str:
     if not ch:
         return "(baseline)"
     parts = []
-    for k, (a, b) in ch.items():
+    for k, (_, b) in ch.items():
         short = k.replace("rollout.", "r.").replace("trainer.", "t.").replace("async.", "")
         parts.append(f"{short}={_v(b)}")
     s = " ".join(parts)
@@ -76,23 +76,30 @@ def cmd_plan(args) -> int:
     ns, name, spec = load_job(args.job)
     tuner = Tuner(spec, baseline_record(spec), [])
     base = tuner.forecaster.predict(tuner.baseline.config)
-    print(f"rltune plan {ns}/{name}: {spec.workload.model.preset or 'custom'} {spec.workload.task.kind} on "
-          f"{spec.resources.gpu_budget}x {spec.resources.gpu_type}; objective {spec.objective}")
-    print("no measured baseline: the forecaster runs on its physics priors (uncalibrated, +/-30%); "
-          "`rltune tune` calibrates it on the baseline's measured phases")
+    print(
+        f"rltune plan {ns}/{name}: {spec.workload.model.preset or 'custom'} {spec.workload.task.kind} on "
+        f"{spec.resources.gpu_budget}x {spec.resources.gpu_type}; objective {spec.objective}"
+    )
+    print(
+        "no measured baseline: the forecaster runs on its physics priors (uncalibrated, +/-30%); "
+        "`rltune tune` calibrates it on the baseline's measured phases"
+    )
     if not base.feasible:
         print(f"warning: the baseline itself looks infeasible to the forecaster: {base.reason}")
         base_obj = None
     else:
         base_obj = tuner.objective_of(base.step, base.gpus)
-        ph = ", ".join(f"{k} {v:.0f}s" for k, v in base.phases.items() if v > 0.5 and k not in ("waiting", "rollout_idle"))
+        ph = ", ".join(
+            f"{k} {v:.0f}s" for k, v in base.phases.items() if v > 0.5 and k not in ("waiting", "rollout_idle")
+        )
         print(f"baseline forecast: {base.step:.1f} s/step ({ph})")
     props = tuner.rank(limit=args.top)
     rows = []
     for i, p in enumerate(props, 1):
         sp = f"{base_obj / p.predicted_objective:.2f}x" if base_obj else "-"
-        rows.append([str(i), _fmt_changes(p.changes), f"{p.predicted:.1f}", f"±{p.std:.0f}", sp, str(p.gpus),
-                     p.bottleneck])
+        rows.append(
+            [str(i), _fmt_changes(p.changes), f"{p.predicted:.1f}", f"±{p.std:.0f}", sp, str(p.gpus), p.bottleneck]
+        )
     print(_table(rows, ["rank", "changes vs baseline", "pred s/step", "std", "speed-up", "GPUs", "addresses"]))
     print(f"({tuner.space.size():,} configurations in the space; ranked in {time.monotonic() - t0:.1f} s)")
     return 0
@@ -104,8 +111,16 @@ def cmd_plan(args) -> int:
 def _record_row(r, base_obj, changes: dict) -> list[str]:
     meas = r.summary.step_time_mean if r.summary and r.summary.steps else None
     sp = f"{base_obj / r.objective:.2f}x" if (r.objective and base_obj and r.state == TrialState.SUCCEEDED) else "-"
-    return [r.id, r.state, f"{r.predicted:.1f}" if r.predicted else "-", f"{meas:.1f}" if meas else "-", sp,
-            str(r.gpus), _fmt_changes(changes, 50), (r.reason or "")[:60]]
+    return [
+        r.id,
+        r.state,
+        f"{r.predicted:.1f}" if r.predicted else "-",
+        f"{meas:.1f}" if meas else "-",
+        sp,
+        str(r.gpus),
+        _fmt_changes(changes, 50),
+        (r.reason or "")[:60],
+    ]
 
 
 def cmd_tune(args) -> int:
@@ -115,8 +130,11 @@ def cmd_tune(args) -> int:
 
     ns, name, spec = load_job(args.job)
     if not args.local:
-        print("rltune tune: only --local is implemented here; on a cluster, `kubectl apply -f` the job "
-              "and the operator tunes it", file=sys.stderr)
+        print(
+            "rltune tune: only --local is implemented here; on a cluster, `kubectl apply -f` the job "
+            "and the operator tunes it",
+            file=sys.stderr,
+        )
         return 2
     if args.max_trials:
         spec.budget.max_trials = args.max_trials
@@ -128,8 +146,11 @@ def cmd_tune(args) -> int:
             try:
                 Path(path).parent.mkdir(parents=True, exist_ok=True)
             except OSError as e:
-                print(f"rltune tune: {flag} {path}: cannot create its folder ({e.strerror}); "
-                      f"pass a path in a writable folder", file=sys.stderr)
+                print(
+                    f"rltune tune: {flag} {path}: cannot create its folder ({e.strerror}); "
+                    f"pass a path in a writable folder",
+                    file=sys.stderr,
+                )
                 return 2
     mode = "real" if args.real else ("real" if spec.workload.framework == "reference" else "twin")
     backend = LocalBackend(mode=mode)
@@ -174,8 +195,10 @@ def cmd_tune(args) -> int:
     best = res.best
     if best is not None and base_obj:
         sp = base_obj / best.objective
-        print(f"\nwinner: {best.id} — {best.summary.step_time_mean:.1f} s/step on {best.gpus} GPUs, "
-              f"{sp:.2f}x the baseline ({res.baseline.summary.step_time_mean:.1f} s/step)")
+        print(
+            f"\nwinner: {best.id} — {best.summary.step_time_mean:.1f} s/step on {best.gpus} GPUs, "
+            f"{sp:.2f}x the baseline ({res.baseline.summary.step_time_mean:.1f} s/step)"
+        )
         ch = config_changes(spec.baseline, best.config, spec.resources.gpu_budget)
         for k, (a, b) in ch.items():
             print(f"  {k}: {_v(a)} -> {_v(b)}")
@@ -195,9 +218,13 @@ def cmd_tune(args) -> int:
 
 def results_dict(ns, name, spec, res, mode) -> dict:
     return {
-        "job": f"{ns}/{name}", "mode": mode, "spec": spec.dump(),
-        "baseline": res.baseline.dump(), "trials": [r.dump() for r in res.trials],
-        "best": res.best.id if res.best else None, "reason": res.reason,
+        "job": f"{ns}/{name}",
+        "mode": mode,
+        "spec": spec.dump(),
+        "baseline": res.baseline.dump(),
+        "trials": [r.dump() for r in res.trials],
+        "best": res.best.id if res.best else None,
+        "reason": res.reason,
         "forecastError": res.forecast_error,
         "profile": res.profile.dump() if res.profile is not None else None,
         "timeline": [list(t) for t in res.timeline],

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
-from typing import Optional
 
 PHASE_ORDER = ("generation", "old_logprob", "ref_logprob", "training", "weight_sync")
 
@@ -44,27 +43,36 @@ def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
     bars = [("baseline", base)] + ([(f"best ({best['id']})", best)] if best else [])
     fig, ax = plt.subplots(figsize=(7, 2.2 + 0.4 * len(bars)))
     colors = ["#4C72B0", "#DD8452", "#937860", "#55A868", "#C44E52"]
-    for i, (label, rec) in enumerate(bars):
+    for i, (_label, rec) in enumerate(bars):
         ph = (rec.get("summary") or {}).get("phases", {})
         left = 0.0
         for j, p in enumerate(PHASE_ORDER):
             v = ph.get(p, 0.0)
             if v <= 0:
                 continue
-            ax.barh(i, v, left=left, color=colors[j], label=p if i == 0 or p not in ax.get_legend_handles_labels()[1] else None)
+            ax.barh(
+                i,
+                v,
+                left=left,
+                color=colors[j],
+                label=p if i == 0 or p not in ax.get_legend_handles_labels()[1] else None,
+            )
             left += v
         step = (rec.get("summary") or {}).get("stepTimeMean", 0.0)
         ax.plot([step, step], [i - 0.4, i + 0.4], "k--", lw=1)
     ax.set_yticks(range(len(bars)), [b[0] for b in bars])
     ax.set_xlabel("seconds (phases stacked; dashed: step time, overlap makes it shorter than the stack)")
-    h, l = ax.get_legend_handles_labels()
-    uniq = dict(zip(l, h))
+    h, labels = ax.get_legend_handles_labels()
+    uniq = dict(zip(labels, h))
     ax.legend(uniq.values(), uniq.keys(), fontsize=7, loc="lower right")
     ax.set_title("Phase breakdown: baseline vs best")
     files.append(_save(plt, fig, out_dir / f"{stem}-phases.png", "Phase breakdown"))
     # 2. predicted vs measured
-    pts = [(t["predicted"], t["summary"]["stepTimeMean"], t["state"]) for t in trials
-           if t.get("predicted") and t.get("summary") and t["summary"].get("steps")]
+    pts = [
+        (t["predicted"], t["summary"]["stepTimeMean"], t["state"])
+        for t in trials
+        if t.get("predicted") and t.get("summary") and t["summary"].get("steps")
+    ]
     if pts:
         fig, ax = plt.subplots(figsize=(4.5, 4.5))
         for state, c in (("Succeeded", "#55A868"), ("Rejected", "#C44E52"), ("Stopped", "#999999")):
@@ -107,8 +115,18 @@ def _rows(result: dict) -> list[list[str]]:
         sp = f"{bobj / t['objective']:.2f}x" if (t.get("objective") and bobj and t["state"] == "Succeeded") else "-"
         ch = _changes(result, t["config"]) if t is not base else {}
         chs = ", ".join(f"{k}={v[1]}" for k, v in ch.items()) or "(baseline)"
-        rows.append([t["id"], t["state"], f"{t['predicted']:.1f}" if t.get("predicted") else "-",
-                     f"{meas:.1f}" if meas else "-", sp, str(t.get("gpus", "")), chs, (t.get("reason") or "")[:120]])
+        rows.append(
+            [
+                t["id"],
+                t["state"],
+                f"{t['predicted']:.1f}" if t.get("predicted") else "-",
+                f"{meas:.1f}" if meas else "-",
+                sp,
+                str(t.get("gpus", "")),
+                chs,
+                (t.get("reason") or "")[:120],
+            ]
+        )
     return rows
 
 
@@ -133,10 +151,17 @@ def result_from_job(job: dict) -> dict:
 
     def rec(t) -> dict:
         summary = unflatten_summary(t.summary).dump() if t.summary else None
-        return {"id": t.id, "state": str(t.state), "config": config_from_diff(spec.baseline, t.config).dump(),
-                "gpus": t.gpus, "predicted": t.predicted_seconds, "objective": t.objective,
-                "summary": summary, "reason": t.reason,
-                "gates": {name: {"passed": ok, "detail": ""} for name, ok in (t.gates or {}).items()}}
+        return {
+            "id": t.id,
+            "state": str(t.state),
+            "config": config_from_diff(spec.baseline, t.config).dump(),
+            "gpus": t.gpus,
+            "predicted": t.predicted_seconds,
+            "objective": t.objective,
+            "summary": summary,
+            "reason": t.reason,
+            "gates": {name: {"passed": ok, "detail": ""} for name, ok in (t.gates or {}).items()},
+        }
 
     base = next((t for t in st.trials if t.kind == "baseline"), None)
     if base is None:
@@ -150,9 +175,12 @@ def result_from_job(job: dict) -> dict:
     bs = st.baseline
     return {
         "job": f"{md.get('namespace', 'default')}/{md['name']}",
-        "mode": "real" if spec.workload.framework == "reference" else "twin", "spec": spec.dump(),
-        "baseline": rec(base), "trials": [rec(t) for t in st.trials if t.kind != "baseline"],
-        "best": (st.best.trial if st.best else None), "reason": f"phase {st.phase}: {st.message or ''}".strip(),
+        "mode": "real" if spec.workload.framework == "reference" else "twin",
+        "spec": spec.dump(),
+        "baseline": rec(base),
+        "trials": [rec(t) for t in st.trials if t.kind != "baseline"],
+        "best": (st.best.trial if st.best else None),
+        "reason": f"phase {st.phase}: {st.message or ''}".strip(),
         "forecastError": st.forecast_error,
         "profile": {"evidence": "; ".join(bs.evidence or []), "bottleneck": bs.bottleneck} if bs else None,
         "timeline": timeline,
@@ -172,24 +200,30 @@ def render(result: dict, path: str) -> None:
     if result.get("profile"):
         lines_summary.append(f"Profile: {result['profile'].get('evidence', '')}")
     if best and base.get("objective"):
-        lines_summary.append(f"Winner {best['id']}: {best['summary']['stepTimeMean']:.1f} s/step on {best['gpus']} GPUs, "
-                             f"{base['objective'] / best['objective']:.2f}x the baseline.")
+        lines_summary.append(
+            f"Winner {best['id']}: {best['summary']['stepTimeMean']:.1f} s/step on {best['gpus']} GPUs, "
+            f"{base['objective'] / best['objective']:.2f}x the baseline."
+        )
         for k, (a, b) in _changes(result, best["config"]).items():
             lines_summary.append(f"  {k}: {a} -> {b}")
         if best.get("gates"):
             lines_summary.append("Quality gates of the winner:")
             for gate, verdict in best["gates"].items():
-                lines_summary.append(f"  {gate}: {'pass' if verdict['passed'] else 'fail'}"
-                                     + (f": {verdict['detail']}" if verdict.get("detail") else ""))
+                lines_summary.append(
+                    f"  {gate}: {'pass' if verdict['passed'] else 'fail'}"
+                    + (f": {verdict['detail']}" if verdict.get("detail") else "")
+                )
     if result.get("forecastError") is not None:
         lines_summary.append(f"Forecaster median |error| on trials: {result['forecastError']:.1%}.")
     rows = _rows(result)
     if out.suffix.lower() in (".html", ".htm"):
-        h = ["<!doctype html><html><head><meta charset='utf-8'><title>rltune report</title>",
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;"
-             "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>",
-             "<h1>rltune tuning report</h1>"]
-        h += [f"<p>{html.escape(l)}</p>" for l in lines_summary]
+        h = [
+            "<!doctype html><html><head><meta charset='utf-8'><title>rltune report</title>",
+            "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}table{border-collapse:collapse;"
+            "font-size:13px}td,th{border:1px solid #ccc;padding:3px 6px}</style></head><body>",
+            "<h1>rltune tuning report</h1>",
+        ]
+        h += [f"<p>{html.escape(line)}</p>" for line in lines_summary]
         h.append("<h2>Trials</h2><table><tr>" + "".join(f"<th>{html.escape(c)}</th>" for c in HEAD) + "</tr>")
         for r in rows:
             h.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in r) + "</tr>")
@@ -200,7 +234,7 @@ def render(result: dict, path: str) -> None:
         out.write_text("\n".join(h))
     else:
         md = ["# rltune tuning report", ""]
-        md += [l if not l.startswith("  ") else f"- `{l.strip()}`" for l in lines_summary]
+        md += [line if not line.startswith("  ") else f"- `{line.strip()}`" for line in lines_summary]
         md += ["", "## Trials", "", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
         for r in rows:
             md.append("| " + " | ".join(c.replace("|", "/") for c in r) + " |")

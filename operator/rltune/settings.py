@@ -48,10 +48,12 @@ class PrometheusSettings(_Model):
 class GpuPoolSettings(_Model):
     """How trial pods find the GPU nodes. Empty selector: the GPU type's GFD product labels decide."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict,
-                                          description="Labels every GPU node of the pool carries (e.g. a cloud's node-pool label).")
-    tolerations: list[dict[str, Any]] = Field(default_factory=lambda: [dict(GPU_TOLERATION)],
-                                              description="Tolerations of every trial pod.")
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="Labels every GPU node of the pool carries (e.g. a cloud's node-pool label)."
+    )
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=lambda: [dict(GPU_TOLERATION)], description="Tolerations of every trial pod."
+    )
 
 
 class TrialDefaults(_Model):
@@ -71,8 +73,11 @@ class PodSecurityBounds(_Model):
     allow_host_path: bool = False
     allow_run_as_root: bool = False
     allowed_capabilities: list[str] = Field(default_factory=list)
-    allow_secrets: bool = Field(False, description="Secret volumes and env from Secrets (a job author who may "
-                                "not read a Secret could otherwise read it through a trial pod).")
+    allow_secrets: bool = Field(
+        False,
+        description="Secret volumes and env from Secrets (a job author who may "
+        "not read a Secret could otherwise read it through a trial pod).",
+    )
     allow_service_account: bool = Field(False, description="serviceAccountName / a mounted API token in trial pods.")
 
 
@@ -93,9 +98,14 @@ class OperatorSettings(_Model):
 
     def missing(self) -> list[str]:
         """What an operator cannot run without (a job may still name its own URLs)."""
-        return [f"{name} (chart value {value}, or env {env})" for name, ok, value, env in (
-            ("the Prometheus URL", self.prometheus.url, "prometheus.url", "RLTUNE_PROMETHEUS_URL"),
-            ("the Pushgateway URL", self.pushgateway_url, "pushgateway.url", "RLTUNE_PUSHGATEWAY_URL")) if not ok]
+        return [
+            f"{name} (chart value {value}, or env {env})"
+            for name, ok, value, env in (
+                ("the Prometheus URL", self.prometheus.url, "prometheus.url", "RLTUNE_PROMETHEUS_URL"),
+                ("the Pushgateway URL", self.pushgateway_url, "pushgateway.url", "RLTUNE_PUSHGATEWAY_URL"),
+            )
+            if not ok
+        ]
 
 
 # environment variable -> (path of the field, parser)

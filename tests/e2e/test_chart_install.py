@@ -51,8 +51,14 @@ def small_job(name: str, **resources) -> dict:
 
 
 def apply(env, ns, doc):
-    r = subprocess.run(["kubectl", "apply", "-n", ns, "-f", "-"], env=env, input=yaml.safe_dump(doc),
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["kubectl", "apply", "-n", ns, "-f", "-"],
+        env=env,
+        input=yaml.safe_dump(doc),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -76,8 +82,12 @@ def release(bed, core, namespace):
     core.patch_namespace(namespace, {"metadata": {"labels": restricted}})
     demo.helm_install(env, name, sys_ns, watch=(namespace,))
     yield env, name, sys_ns
-    subprocess.run(["kubectl", "delete", "rltuningjobs", "--all", "-n", namespace, "--wait=true", "--timeout=60s"],
-                   env=env, capture_output=True, timeout=90)
+    subprocess.run(
+        ["kubectl", "delete", "rltuningjobs", "--all", "-n", namespace, "--wait=true", "--timeout=60s"],
+        env=env,
+        capture_output=True,
+        timeout=90,
+    )
     subprocess.run(["helm", "uninstall", name, "-n", sys_ns, "--wait"], env=env, capture_output=True, timeout=120)
     subprocess.run(["kubectl", "delete", "namespace", sys_ns, "--wait=false"], env=env, capture_output=True)
 
@@ -100,24 +110,38 @@ def test_chart_operator_tunes_a_job_as_its_service_account(bed, core, namespace,
         "containers": [{"name": "trial", "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}],
     }
     apply(env, namespace, doc)
-    job = wait(lambda: (j := get_job(env, namespace, "chart-twin")) and
-               (j.get("status") or {}).get("phase") in ("Succeeded", "Failed") and j, 300, "the job to finish")
+    job = wait(
+        lambda: (
+            (j := get_job(env, namespace, "chart-twin"))
+            and (j.get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            and j
+        ),
+        300,
+        "the job to finish",
+    )
     st = job["status"]
     assert st["phase"] == "Succeeded", st.get("message")
     assert condition(job, "Ready").get("status") == "True"
     assert condition(job, "Reconciling").get("status") == "False"
     assert condition(job, "Stalled").get("status") == "False"
-    run(env, "kubectl", "wait", "--for=condition=Ready", "rltuningjob/chart-twin", "-n", namespace,
-            "--timeout=10s")
+    run(env, "kubectl", "wait", "--for=condition=Ready", "rltuningjob/chart-twin", "-n", namespace, "--timeout=10s")
 
     # the job's status was written by the chart's ServiceAccount, and its pods created by it
-    writers = {ev["user"]["username"] for ev, ref in bedlib.audit_events(bed, namespace)
-               if ref.get("resource") in ("rltuningjobs", "pods") and ev.get("verb") in ("create", "update", "patch")
-               and (ev.get("responseStatus") or {}).get("code", 0) < 300 and ref.get("subresource") in ("status", None)
-               and not (ref.get("resource") == "rltuningjobs" and ev.get("verb") == "create")}
+    writers = {
+        ev["user"]["username"]
+        for ev, ref in bedlib.audit_events(bed, namespace)
+        if ref.get("resource") in ("rltuningjobs", "pods")
+        and ev.get("verb") in ("create", "update", "patch")
+        and (ev.get("responseStatus") or {}).get("code", 0) < 300
+        and ref.get("subresource") in ("status", None)
+        and not (ref.get("resource") == "rltuningjobs" and ev.get("verb") == "create")
+    }
     assert user in writers, writers
-    pod_creators = {ev["user"]["username"] for ev, ref in bedlib.audit_events(bed, namespace)
-                    if ref.get("resource") == "pods" and ev.get("verb") == "create" and not ref.get("subresource")}
+    pod_creators = {
+        ev["user"]["username"]
+        for ev, ref in bedlib.audit_events(bed, namespace)
+        if ref.get("resource") == "pods" and ev.get("verb") == "create" and not ref.get("subresource")
+    }
     assert pod_creators == {user}, pod_creators
 
     # the trials ran (with the template's mount merged into container trial, the API server accepted
@@ -134,8 +158,11 @@ def test_chart_operator_tunes_a_job_as_its_service_account(bed, core, namespace,
         labels = core.read_node(node).metadata.labels
         assert labels["nvidia.com/gpu.product"] in recorded
     # events are reported by component rltune
-    sources = {(e.get("reportingComponent") or (e.get("source") or {}).get("component"))
-               for e in json.loads(events)["items"] if e["involvedObject"].get("kind") == "RLTuningJob"}
+    sources = {
+        (e.get("reportingComponent") or (e.get("source") or {}).get("component"))
+        for e in json.loads(events)["items"]
+        if e["involvedObject"].get("kind") == "RLTuningJob"
+    }
     assert sources == {"rltune"}, sources
 
     # RBAC as the API server enforces it
@@ -152,8 +179,7 @@ def test_chart_operator_tunes_a_job_as_its_service_account(bed, core, namespace,
 
     # rltune report --job draws the report from the status
     out = Path(bed.state_dir).parent / "e2e" / f"report-{namespace}.html"
-    run(env, str(ROOT / ".venv" / "bin" / "rltune"), "report", "--job", f"{namespace}/chart-twin",
-            "-o", str(out))
+    run(env, str(ROOT / ".venv" / "bin" / "rltune"), "report", "--job", f"{namespace}/chart-twin", "-o", str(out))
     html = out.read_text()
     assert "rltune tuning report" in html and "baseline" in html and ".png" in html
 
@@ -163,8 +189,11 @@ def test_unmatched_selector_is_a_condition_not_a_timeout(bed, core, namespace, r
     doc = small_job("nowhere", nodeSelector={"cloud.google.com/gke-nodepool": "b300-pool"})
     t0 = time.time()
     apply(env, namespace, doc)
-    job = wait(lambda: (j := get_job(env, namespace, "nowhere")) and
-               (j.get("status") or {}).get("phase") == "Failed" and j, 60, "the job to fail")
+    job = wait(
+        lambda: (j := get_job(env, namespace, "nowhere")) and (j.get("status") or {}).get("phase") == "Failed" and j,
+        60,
+        "the job to fail",
+    )
     took = time.time() - t0
     assert took < doc["spec"]["budget"]["scheduleTimeoutSeconds"]
     c = condition(job, "PodsSchedulable")
@@ -182,38 +211,63 @@ def test_unsupported_framework_and_host_path_are_refused(bed, core, namespace, r
     host["spec"]["resources"]["podTemplate"] = {"volumes": [{"name": "h", "hostPath": {"path": "/etc"}}]}
     apply(env, namespace, verl)
     apply(env, namespace, host)
-    for jname, reason, field in (("verl-job", "UnsupportedFramework", "spec.workload.framework"),
-                                 ("hostpath-job", "PodSecurityViolation", "hostPath")):
-        job = wait(lambda: (j := get_job(env, namespace, jname)) and
-                   condition(j, "SpecValid").get("status") == "False" and j, 60, f"{jname} refused")
+    for jname, reason, field in (
+        ("verl-job", "UnsupportedFramework", "spec.workload.framework"),
+        ("hostpath-job", "PodSecurityViolation", "hostPath"),
+    ):
+        job = wait(
+            lambda jname=jname: (
+                (j := get_job(env, namespace, jname)) and condition(j, "SpecValid").get("status") == "False" and j
+            ),
+            60,
+            f"{jname} refused",
+        )
         c = condition(job, "SpecValid")
         assert c["reason"] == reason and field in c["message"], c
         assert job["status"]["phase"] == "Failed"
     assert not bedlib.pod_creations(bed, namespace)
 
 
-@pytest.mark.parametrize("values", [[], ["--set", "watchNamespaces={team-a,team-b}",
-                                         "--set", "prometheus.bearerTokenSecret.name=prom-token",
-                                         "--set", "prometheus.caConfigMap.name=prom-ca"]])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [],
+        [
+            "--set",
+            "watchNamespaces={team-a,team-b}",
+            "--set",
+            "prometheus.bearerTokenSecret.name=prom-token",
+            "--set",
+            "prometheus.caConfigMap.name=prom-ca",
+        ],
+    ],
+)
 def test_rendered_chart_passes_a_server_side_dry_run(bed, values):
     """Every object `helm template` renders is accepted by the API server (schema, RBAC objects,
     the Deployment's security context) in a server-side dry run."""
     env = demo.bed_env()
     env.update(bed.env())
     demo.apply_crd(env)
-    out = run(env, "helm", "template", "rltune", str(ROOT / "helm" / "rltune"), "-n", "default",
-              "--include-crds", *values).stdout
+    out = run(
+        env, "helm", "template", "rltune", str(ROOT / "helm" / "rltune"), "-n", "default", "--include-crds", *values
+    ).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "ServiceAccount", "ConfigMap", "Service", "CustomResourceDefinition"} <= kinds
     assert ("Role" in kinds) == bool(values) and ("ClusterRole" in kinds)
-    for ns in (["team-a", "team-b"] if values else []):
+    for ns in ["team-a", "team-b"] if values else []:
         run(env, "kubectl", "create", "namespace", ns, check=False)
     try:
-        r = subprocess.run(["kubectl", "apply", "--dry-run=server", "--server-side", "--force-conflicts",
-                            "-f", "-"], env=env, input=out, capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            ["kubectl", "apply", "--dry-run=server", "--server-side", "--force-conflicts", "-f", "-"],
+            env=env,
+            input=out,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
-        for ns in (["team-a", "team-b"] if values else []):
+        for ns in ["team-a", "team-b"] if values else []:
             run(env, "kubectl", "delete", "namespace", ns, "--wait=false", check=False)
     assert r.returncode == 0, r.stderr
     assert r.stdout.count("(server dry run)") == len(docs), r.stdout

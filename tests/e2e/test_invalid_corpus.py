@@ -18,7 +18,6 @@ written to .state/e2e/invalid-corpus.md."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import time
@@ -35,8 +34,8 @@ import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "invalid_jobs"
-CONDITION_TIMEOUT_S = 30.0   # apply -> condition, per case ("within seconds"; generous for 2 cores)
-SETTLE_S = 4.0               # after the last condition: time for a late pod creation to show up
+CONDITION_TIMEOUT_S = 30.0  # apply -> condition, per case ("within seconds"; generous for 2 cores)
+SETTLE_S = 4.0  # after the last condition: time for a late pod creation to show up
 
 pytestmark = [pytest.mark.bed, pytest.mark.slow]
 
@@ -47,17 +46,17 @@ _OVERSIZE = re.compile(r"@@OVERSIZE:(\d+)@@")
 @dataclass
 class Case:
     stem: str
-    name: str            # metadata.name
+    name: str  # metadata.name
     kind: str
     mistake: str
-    how: str             # apply | condition
-    types: tuple[str, ...]   # condition types accepted (how == condition)
+    how: str  # apply | condition
+    types: tuple[str, ...]  # condition types accepted (how == condition)
     needles: tuple[str, ...]  # substrings the message must hold
-    text: str            # the manifest, markers expanded
+    text: str  # the manifest, markers expanded
     # results
     applied_at: float | None = None
     stderr: str = ""
-    caught: str = ""     # what happened, e.g. "apply", "SpecValid/InvalidSpec", "not caught"
+    caught: str = ""  # what happened, e.g. "apply", "SpecValid/InvalidSpec", "not caught"
     message: str = ""
     seconds: float | None = None
     status: dict = field(default_factory=dict)
@@ -69,6 +68,7 @@ def _expand(text: str) -> str:
         n = int(m.group(1))
         prefix = "registry.example.com/"
         return prefix + "a" * (n - len(prefix))
+
     return _OVERSIZE.sub(big, text)
 
 
@@ -89,8 +89,18 @@ def load_cases() -> list[Case]:
         assert needles, f"{p.name}: the expect line names no field"
         doc = yaml.safe_load(raw)
         assert doc["kind"] == "RLTuningJob", p.name
-        out.append(Case(stem=p.stem, name=doc["metadata"]["name"], kind=meta["kind"], mistake=meta["mistake"],
-                        how=m.group(1), types=types, needles=needles, text=_expand(raw)))
+        out.append(
+            Case(
+                stem=p.stem,
+                name=doc["metadata"]["name"],
+                kind=meta["kind"],
+                mistake=meta["mistake"],
+                how=m.group(1),
+                types=types,
+                needles=needles,
+                text=_expand(raw),
+            )
+        )
     return out
 
 
@@ -101,16 +111,27 @@ def test_corpus_is_well_formed():
     names = Counter(c.name for c in cases)
     assert not [n for n, k in names.items() if k > 1], names
     kinds = {c.kind for c in cases}
-    for k in ("wrong-type", "out-of-range", "unknown-enum", "contradiction", "no-valid-config", "cluster",
-              "unknown-preset", "oversized", "pod-security"):
+    for k in (
+        "wrong-type",
+        "out-of-range",
+        "unknown-enum",
+        "contradiction",
+        "no-valid-config",
+        "cluster",
+        "unknown-preset",
+        "oversized",
+        "pod-security",
+    ):
         assert k in kinds, f"no case of kind {k}"
 
 
 # ----------------------------------------------------------------------------- the bed run
 
+
 def _kubectl_apply(env: dict, ns: str, text: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["kubectl", "apply", "-n", ns, "-f", "-"], env=env, capture_output=True, text=True,
-                          input=text, timeout=120)
+    return subprocess.run(
+        ["kubectl", "apply", "-n", ns, "-f", "-"], env=env, capture_output=True, text=True, input=text, timeout=120
+    )
 
 
 def _cond_status_wanted(ctype: str) -> str:
@@ -136,8 +157,9 @@ def _judge(c: Case, status: dict) -> None:
     if sig is None:
         trials = status.get("trials") or []
         c.caught = "not caught"
-        c.message = (f"phase {status.get('phase') or '-'}, {len(trials)} trial(s)"
-                     + (f", message: {status.get('message')}" if status.get("message") else ""))
+        c.message = f"phase {status.get('phase') or '-'}, {len(trials)} trial(s)" + (
+            f", message: {status.get('message')}" if status.get("message") else ""
+        )
         c.problems.append(f"accepted and not marked within {CONDITION_TIMEOUT_S:.0f}s: {c.message}")
         return
     c.caught = f"{sig['type']}={sig.get('status')}/{sig.get('reason')}"
@@ -224,8 +246,9 @@ def _table(cases: list[Case]) -> str:
     for c in sorted(cases, key=lambda c: (c.kind, c.stem)):
         exp = "apply" if c.how == "apply" else "|".join(c.types)
         secs = f"{c.seconds:.1f}" if c.seconds is not None else "-"
-        rows.append(f"| {c.kind} | {c.stem} | {exp} | {c.caught} | {_layer(c)} | {secs} | "
-                    f"{'FAIL' if c.problems else 'ok'} |")
+        rows.append(
+            f"| {c.kind} | {c.stem} | {exp} | {c.caught} | {_layer(c)} | {secs} | {'FAIL' if c.problems else 'ok'} |"
+        )
     return "\n".join(rows)
 
 
@@ -233,16 +256,29 @@ def _report(cases: list[Case], extra: list[str]) -> str:
     kinds = Counter(c.kind for c in cases)
     ok = sum(1 for c in cases if not c.problems)
     timed = sorted(c.seconds for c in cases if c.seconds is not None and c.caught != "apply")
-    out = [f"# Invalid RLTuningJob corpus ({time.strftime('%Y-%m-%d %H:%M:%S')})", "",
-           f"{ok}/{len(cases)} cases handled as declared. Cases per kind: "
-           + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) + ".",
-           f"Caught at apply: {sum(1 for c in cases if c.caught == 'apply')}; by a condition: "
-           f"{sum(1 for c in cases if c.caught not in ('apply', 'not caught', ''))}"
-           + (f" (apply -> condition: median {timed[len(timed) // 2]:.1f}s, max {timed[-1]:.1f}s)" if timed else "")
-           + ".", "", "Layers per kind: " + "; ".join(
-               f"{k}: " + ", ".join(f"{lay} {n}" for lay, n in Counter(_layer(c) for c in cases if c.kind == k).items())
-               for k in sorted(kinds)) + ".",
-           "", _table(cases), "", "## Messages", ""]
+    out = [
+        f"# Invalid RLTuningJob corpus ({time.strftime('%Y-%m-%d %H:%M:%S')})",
+        "",
+        f"{ok}/{len(cases)} cases handled as declared. Cases per kind: "
+        + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items()))
+        + ".",
+        f"Caught at apply: {sum(1 for c in cases if c.caught == 'apply')}; by a condition: "
+        f"{sum(1 for c in cases if c.caught not in ('apply', 'not caught', ''))}"
+        + (f" (apply -> condition: median {timed[len(timed) // 2]:.1f}s, max {timed[-1]:.1f}s)" if timed else "")
+        + ".",
+        "",
+        "Layers per kind: "
+        + "; ".join(
+            f"{k}: " + ", ".join(f"{lay} {n}" for lay, n in Counter(_layer(c) for c in cases if c.kind == k).items())
+            for k in sorted(kinds)
+        )
+        + ".",
+        "",
+        _table(cases),
+        "",
+        "## Messages",
+        "",
+    ]
     for c in sorted(cases, key=lambda c: (c.kind, c.stem)):
         msg = c.stderr.strip() if c.caught == "apply" else c.message
         if len(msg) > 600:
@@ -257,7 +293,6 @@ def _report(cases: list[Case], extra: list[str]) -> str:
 
 def test_invalid_corpus(bed, namespace):
     from kubernetes import client
-
     from test_operator import env_for  # tests/e2e/test_operator.py
 
     cases = load_cases()
@@ -284,8 +319,9 @@ def test_invalid_corpus(bed, namespace):
                     if missing:
                         c.problems.append(f"refused at apply, but stderr lacks {missing}: {c.stderr.strip()[:1500]}")
                 else:
-                    c.problems.append(f"declared condition {'|'.join(c.types)}, but refused at apply: "
-                                      f"{c.stderr.strip()[:1500]}")
+                    c.problems.append(
+                        f"declared condition {'|'.join(c.types)}, but refused at apply: {c.stderr.strip()[:1500]}"
+                    )
 
         with ThreadPoolExecutor(4) as pool:
             list(pool.map(apply, cases))
@@ -336,18 +372,26 @@ def test_invalid_corpus(bed, namespace):
                 tries[_owner(name, cases)] += n
         for c in cases:
             if tries.get(c.stem, 0) > 1:
-                c.problems.append(f"{tries[c.stem]} refused pod creations: the API server's refusal must end the "
-                                  "job, not be retried")
+                c.problems.append(
+                    f"{tries[c.stem]} refused pod creations: the API server's refusal must end the job, not be retried"
+                )
         text = log.read_text(errors="replace") if log.exists() else ""
         if "Traceback" in text:
             i = text.index("Traceback")
-            extra.append(f"operator log {log} holds {text.count('Traceback')} traceback(s): "
-                         + "; ".join(f"{k} x{n}" for k, n in _tracebacks(text, namespace).most_common())
-                         + f"\nfirst:\n{text[max(0, i - 300):i + 2500]}")
+            extra.append(
+                f"operator log {log} holds {text.count('Traceback')} traceback(s): "
+                + "; ".join(f"{k} x{n}" for k, n in _tracebacks(text, namespace).most_common())
+                + f"\nfirst:\n{text[max(0, i - 300) : i + 2500]}"
+            )
     finally:
         # delete the jobs while the operator runs, so kopf takes its finalizer off them
-        subprocess.run(["kubectl", "delete", "rltuningjobs", "--all", "-n", namespace, "--wait=true",
-                        "--timeout=90s"], env=env, capture_output=True, text=True, timeout=120)
+        subprocess.run(
+            ["kubectl", "delete", "rltuningjobs", "--all", "-n", namespace, "--wait=true", "--timeout=90s"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         demo.stop_operator(op)
 
     report = _report(cases, extra)
@@ -357,4 +401,5 @@ def test_invalid_corpus(bed, namespace):
     print(f"(full report with messages: {e2e_dir / 'invalid-corpus.md'})")
     failures = [f"{c.stem} [{c.kind}]: {p}" for c in cases for p in c.problems] + extra
     assert not failures, f"{len(failures)} problem(s) in the invalid corpus:\n" + "\n".join(
-        f"- {f[:1500]}" for f in failures)
+        f"- {f[:1500]}" for f in failures
+    )

@@ -139,8 +139,10 @@ def test_twin_demo_end_to_end(bed, namespace, operator):
     wall = time.time() - t0
     watch.stop()
     audit = apply_to_first_pod(bed, namespace)
-    print(f"\nfirst trial pod {t_first:.1f}s after apply (audit log: {audit}s); job {st['phase']} after {wall:.0f}s; "
-          f"operator peak RSS {peak_rss:.0f} MiB; {len(watch.names)} trial pods")
+    print(
+        f"\nfirst trial pod {t_first:.1f}s after apply (audit log: {audit}s); job {st['phase']} after {wall:.0f}s; "
+        f"operator peak RSS {peak_rss:.0f} MiB; {len(watch.names)} trial pods"
+    )
     assert st["phase"] == "Succeeded", json.dumps(st, indent=1)[:4000]
     best = st["best"]
     assert best["speedup"] >= 1.3, best
@@ -148,27 +150,50 @@ def test_twin_demo_end_to_end(bed, namespace, operator):
     assert st["baseline"]["bottleneck"]
     # every trial pod ran on the B300 pool
     from kubernetes import client
+
     core = client.CoreV1Api(bed.api_client())
-    products = {n.metadata.name: n.metadata.labels.get("nvidia.com/gpu.product")
-                for n in core.list_node().items}
+    products = {n.metadata.name: n.metadata.labels.get("nvidia.com/gpu.product") for n in core.list_node().items}
     assert watch.nodes and all(products.get(n) == "NVIDIA-B300-SXM6-AC" for n in watch.nodes.values())
     # the real printer columns
     out = kubectl(env, "get", "rltuningjobs", "-n", namespace).stdout
     print(out)
     header, row = out.splitlines()[0], out.splitlines()[1]
-    assert re.split(r"\s{2,}", header.strip())[:7] == ["NAME", "PHASE", "BOTTLENECK", "TRIALS", "SPEEDUP",
-                                                      "BEST STEP", "GPUS"]
+    assert re.split(r"\s{2,}", header.strip())[:7] == [
+        "NAME",
+        "PHASE",
+        "BOTTLENECK",
+        "TRIALS",
+        "SPEEDUP",
+        "BEST STEP",
+        "GPUS",
+    ]
     assert "Succeeded" in row and st["trialsDone"] in row and st["speedup"] in row
     # events for trial starts and results
-    ev = kubectl(env, "get", "events", "-n", namespace, "--field-selector",
-                 "involvedObject.kind=RLTuningJob", "-o", "json").stdout
+    ev = kubectl(
+        env, "get", "events", "-n", namespace, "--field-selector", "involvedObject.kind=RLTuningJob", "-o", "json"
+    ).stdout
     reasons = {e["reason"] for e in json.loads(ev)["items"]}
     assert "TrialStarted" in reasons and ({"TrialSucceeded", "TrialRejected"} & reasons)
     # raising maxTrials on the finished job resumes the search (generation > observedGeneration)
-    kubectl(env, "patch", "rltuningjob", "twin-demo", "-n", namespace, "--type=merge",
-            "-p", json.dumps({"spec": {"budget": {"maxTrials": 10}}}))
-    st2 = wait(lambda: (lambda s: s if s.get("observedGeneration") == 2 and s.get("phase") == "Succeeded" else None)(
-        (job(env, namespace) or {}).get("status") or {}), 300, "the resumed search to finish", interval=2)
+    kubectl(
+        env,
+        "patch",
+        "rltuningjob",
+        "twin-demo",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        json.dumps({"spec": {"budget": {"maxTrials": 10}}}),
+    )
+    st2 = wait(
+        lambda: (lambda s: s if s.get("observedGeneration") == 2 and s.get("phase") == "Succeeded" else None)(
+            (job(env, namespace) or {}).get("status") or {}
+        ),
+        300,
+        "the resumed search to finish",
+        interval=2,
+    )
     search = [t for t in st2["trials"] if t["kind"] == "search"]
     assert st2["trialsDone"].endswith("/10")
     assert len(search) == 10 or "expected gain" in st2["message"] or "exhausted" in st2["message"], st2["message"]
@@ -177,12 +202,22 @@ def test_twin_demo_end_to_end(bed, namespace, operator):
     assert not dups, dups
     # deleting the job removes every trial pod (garbage collection via owner references) and its
     # Pushgateway groups (the operator's delete handler)
-    groups = lambda: [g for g in requests.get(f"{bed.pushgateway_url}/api/v1/metrics", timeout=5).json()["data"]
-                      if g["labels"].get("namespace") == namespace]
+    groups = lambda: [
+        g
+        for g in requests.get(f"{bed.pushgateway_url}/api/v1/metrics", timeout=5).json()["data"]
+        if g["labels"].get("namespace") == namespace
+    ]
     assert groups()
     kubectl(env, "delete", "rltuningjob", "twin-demo", "-n", namespace, "--wait=true", "--timeout=60s")
-    wait(lambda: not kubectl(env, "get", "pods", "-n", namespace, "-l", "rltune.io/job=twin-demo", "-o",
-                             "name").stdout.strip(), 60, "trial pods to be gone")
+    wait(
+        lambda: (
+            not kubectl(
+                env, "get", "pods", "-n", namespace, "-l", "rltune.io/job=twin-demo", "-o", "name"
+            ).stdout.strip()
+        ),
+        60,
+        "trial pods to be gone",
+    )
     wait(lambda: not groups(), 30, "the job's Pushgateway groups to be deleted")
 
 
@@ -194,8 +229,14 @@ def test_unschedulable_baseline_fails_job(bed, namespace, operator):
     doc = yaml.safe_load(EXAMPLE.read_text())
     doc["spec"]["resources"]["gpuType"] = "H100"
     kubectl(env, "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc))
-    st = wait(lambda: (lambda s: s if s.get("phase") in ("Succeeded", "Failed") else None)(
-        (job(env, namespace) or {}).get("status") or {}), 30, "the job to fail", interval=0.5)
+    st = wait(
+        lambda: (lambda s: s if s.get("phase") in ("Succeeded", "Failed") else None)(
+            (job(env, namespace) or {}).get("status") or {}
+        ),
+        30,
+        "the job to fail",
+        interval=0.5,
+    )
     assert st["phase"] == "Failed"
     assert st["trials"][0]["state"] == "Unschedulable"
     conds = {c["type"]: c for c in st["conditions"]}
@@ -217,6 +258,7 @@ def test_operator_restart_no_duplicates(bed, namespace, operator):
                 return None
             pods = kubectl(env, "get", "pods", "-n", namespace, "-l", "rltune.io/job", "-o", "name").stdout.split()
             return pods or None
+
         return check
 
     wait(phase_with_pods("Profiling"), 120, "profiling with a baseline pod", interval=0.3)
@@ -229,8 +271,15 @@ def test_operator_restart_no_duplicates(bed, namespace, operator):
     op.wait()
     time.sleep(2)
     op = start()
-    st = wait(lambda: ((job(env, namespace) or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
-              and job(env, namespace)["status"], 900, "the job to finish", interval=2)
+    st = wait(
+        lambda: (
+            ((job(env, namespace) or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+            and job(env, namespace)["status"]
+        ),
+        900,
+        "the job to finish",
+        interval=2,
+    )
     assert st["phase"] == "Succeeded", json.dumps(st, indent=1)[:4000]
     creations = pod_creations(bed, namespace)
     assert creations, "no pod creation found in the audit log"
@@ -238,5 +287,8 @@ def test_operator_restart_no_duplicates(bed, namespace, operator):
     assert not dups, f"pods created more than once: {dups}"
     ids = [t["id"] for t in st["trials"]]
     assert len(ids) == len(set(ids))
-    assert st["trialsDone"] == f"{st['trialsDone'].split('/')[1]}/{st['trialsDone'].split('/')[1]}" or \
-        st["best"] is not None or "nothing beats" in st["message"]
+    assert (
+        st["trialsDone"] == f"{st['trialsDone'].split('/')[1]}/{st['trialsDone'].split('/')[1]}"
+        or st["best"] is not None
+        or "nothing beats" in st["message"]
+    )

@@ -19,9 +19,23 @@ def test_tune_local_finds_a_faster_configuration(tmp_path):
     env["PYTHONPATH"] = str(ROOT / "operator") + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     report = tmp_path / "out" / "real" / "report.md"  # a folder that does not exist yet: tune creates it
     p = subprocess.run(
-        [sys.executable, "-m", "rltune.cli", "tune", str(ROOT / "examples" / "bench-seed-35b-a3b-math.yaml"),
-         "--local", "--max-trials", "8", "--report", str(report)],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "rltune.cli",
+            "tune",
+            str(ROOT / "examples" / "bench-seed-35b-a3b-math.yaml"),
+            "--local",
+            "--max-trials",
+            "8",
+            "--report",
+            str(report),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=900,
     )
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.bed
 
 
 def kubectl(bed, *args, input=None, check=False):
-    r = subprocess.run([str(bed.bin_dir / "kubectl"), *args], env=bed.env(), capture_output=True, text=True,
-                       input=input, timeout=60)
+    r = subprocess.run(
+        [str(bed.bin_dir / "kubectl"), *args], env=bed.env(), capture_output=True, text=True, input=input, timeout=60
+    )
     if check:
         assert r.returncode == 0, r.stderr
     return r
@@ -29,15 +30,19 @@ def kubectl(bed, *args, input=None, check=False):
 
 @pytest.fixture(scope="module")
 def crd(bed):
-    kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds" / "rltuningjobs.yaml"),
-            check=True)
+    kubectl(
+        bed, "apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds" / "rltuningjobs.yaml"), check=True
+    )
     wait_crd_established(bed.env(), "rltuningjobs.rltune.io", kubectl_bin=str(bed.bin_dir / "kubectl"))
     return bed
 
 
 def _examples():
-    return sorted(p for p in (ROOT / "examples").glob("*.yaml")
-                  if any(d and d.get("kind") == "RLTuningJob" for d in yaml.safe_load_all(p.read_text())))
+    return sorted(
+        p
+        for p in (ROOT / "examples").glob("*.yaml")
+        if any(d and d.get("kind") == "RLTuningJob" for d in yaml.safe_load_all(p.read_text()))
+    )
 
 
 @pytest.mark.parametrize("path", _examples(), ids=lambda p: p.name)
@@ -59,8 +64,15 @@ def test_invalid_examples_rejected_naming_the_field(crd, namespace, path):
 
 def test_explain_teaches_budget(crd):
     r = kubectl(crd, "explain", "rltuningjob.spec.budget", check=True)
-    for field in ("maxTrials", "parallelTrials", "stepsPerTrial", "warmupSteps", "confirmSteps",
-                  "scheduleTimeoutSeconds", "metricsTimeoutSeconds"):
+    for field in (
+        "maxTrials",
+        "parallelTrials",
+        "stepsPerTrial",
+        "warmupSteps",
+        "confirmSteps",
+        "scheduleTimeoutSeconds",
+        "metricsTimeoutSeconds",
+    ):
         assert field in r.stdout
     assert "How much trial work the search may spend" in r.stdout
     assert "Most trials (the baseline not counted)" in r.stdout
@@ -71,9 +83,11 @@ def test_explain_teaches_budget(crd):
 def test_immutable_fields(crd, namespace):
     doc = yaml.safe_load((ROOT / "examples" / "twin-demo.yaml").read_text())
     kubectl(crd, "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc), check=True)
-    for path, value, field in ((("workload", "model", "preset"), "qwen3-32b", "workload.model"),
-                               (("resources", "gpuType"), "H100", "resources.gpuType"),
-                               (("workload", "task", "promptsPerStep"), 17, "workload.task")):
+    for path, value, field in (
+        (("workload", "model", "preset"), "qwen3-32b", "workload.model"),
+        (("resources", "gpuType"), "H100", "resources.gpuType"),
+        (("workload", "task", "promptsPerStep"), 17, "workload.task"),
+    ):
         d = json.loads(json.dumps(doc))
         node = d["spec"]
         for p in path[:-1]:
@@ -98,11 +112,22 @@ def test_every_status_field_survives_pruning(crd, namespace, tmp_path):
     status = test_crd._big_status(205).dump()
     patch = tmp_path / "status.json"
     patch.write_text(json.dumps({"status": status}))
-    r = kubectl(crd, "patch", "rltuningjob", "twin-demo", "-n", namespace, "--subresource=status",
-                "--type=merge", "--patch-file", str(patch))
+    r = kubectl(
+        crd,
+        "patch",
+        "rltuningjob",
+        "twin-demo",
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "--patch-file",
+        str(patch),
+    )
     assert r.returncode == 0, r.stderr
-    got = json.loads(kubectl(crd, "get", "rltuningjob", "twin-demo", "-n", namespace, "-o", "json",
-                             check=True).stdout)["status"]
+    got = json.loads(kubectl(crd, "get", "rltuningjob", "twin-demo", "-n", namespace, "-o", "json", check=True).stdout)[
+        "status"
+    ]
     assert got == json.loads(json.dumps(status)), "the API server pruned or changed status fields"
     out = kubectl(crd, "get", "rltuningjobs", "-n", namespace, check=True).stdout
     header = out.splitlines()[0].split()

@@ -39,12 +39,12 @@ import requests
 import yaml
 
 import bed as bedlib
+from demo import wait_crd_established  # hack/demo.py
 from rltune.api.crdgen import GROUP, PLURAL, VERSION
 from rltune.controller import pods as P
 from rltune.controller import prom
 from rltune.controller.kube import KubeCluster
 from rltune.controller.reconcile import Reconciler
-from demo import wait_crd_established  # hack/demo.py
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
@@ -54,10 +54,26 @@ TERMINAL = ("Succeeded", "Failed")
 pytestmark = pytest.mark.bed
 
 # pinning every knob the catalog would move (an empty list pins a knob to the baseline value)
-ALL_KNOBS = ["placement", "trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep", "trainer.microBatchTokens",
-             "trainer.recompute", "trainer.offload", "rollout.tp", "rollout.expertParallel",
-             "rollout.gpuMemoryUtilization", "rollout.maxNumSeqs", "rollout.maxNumBatchedTokens",
-             "rollout.cudaGraphs", "rollout.fp8", "async.staleness", "async.partialRollout", "weightSync"]
+ALL_KNOBS = [
+    "placement",
+    "trainer.tp",
+    "trainer.pp",
+    "trainer.cp",
+    "trainer.ep",
+    "trainer.microBatchTokens",
+    "trainer.recompute",
+    "trainer.offload",
+    "rollout.tp",
+    "rollout.expertParallel",
+    "rollout.gpuMemoryUtilization",
+    "rollout.maxNumSeqs",
+    "rollout.maxNumBatchedTokens",
+    "rollout.cudaGraphs",
+    "rollout.fp8",
+    "async.staleness",
+    "async.partialRollout",
+    "weightSync",
+]
 
 
 def only_knobs(**moving: list) -> dict:
@@ -72,8 +88,9 @@ def only_knobs(**moving: list) -> dict:
 def _kubectl(bed, *args, input=None):
     import subprocess
 
-    r = subprocess.run([str(bed.bin_dir / "kubectl"), *args], env=bed.env(), capture_output=True, text=True,
-                       input=input, timeout=60)
+    r = subprocess.run(
+        [str(bed.bin_dir / "kubectl"), *args], env=bed.env(), capture_output=True, text=True, input=input, timeout=60
+    )
     assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
     return r.stdout
 
@@ -105,9 +122,17 @@ def job_doc(bed, name: str = "tune", **budget) -> dict:
     doc["metadata"] = {"name": name}
     s = doc["spec"]
     s["metrics"] = {"prometheusUrl": bed.prometheus_url, "pushgatewayUrl": bed.pushgateway_url}
-    s["budget"] = {"maxTrials": 2, "parallelTrials": 2, "stepsPerTrial": 3, "warmupSteps": 1, "confirmSteps": 0,
-                   "maxFailedTrials": 6, "trialTimeoutSeconds": 120, "scheduleTimeoutSeconds": 60,
-                   "metricsTimeoutSeconds": 30} | budget
+    s["budget"] = {
+        "maxTrials": 2,
+        "parallelTrials": 2,
+        "stepsPerTrial": 3,
+        "warmupSteps": 1,
+        "confirmSteps": 0,
+        "maxFailedTrials": 6,
+        "trialTimeoutSeconds": 120,
+        "scheduleTimeoutSeconds": 60,
+        "metricsTimeoutSeconds": 30,
+    } | budget
     return doc
 
 
@@ -136,9 +161,19 @@ class Events(list):
         return Counter(r for r, _ in self)
 
 
-def drive(bed, ns: str, name: str, *, timeout: float = 120.0, interval: float = 0.25, fresh_each_tick: bool = False,
-          racer: bool = False, on_tick: Optional[Callable[[Optional[str]], None]] = None,
-          cluster: Callable[[], KubeCluster] | None = None, events: Optional[Events] = None) -> dict:
+def drive(
+    bed,
+    ns: str,
+    name: str,
+    *,
+    timeout: float = 120.0,
+    interval: float = 0.25,
+    fresh_each_tick: bool = False,
+    racer: bool = False,
+    on_tick: Optional[Callable[[Optional[str]], None]] = None,
+    cluster: Callable[[], KubeCluster] | None = None,
+    events: Optional[Events] = None,
+) -> dict:
     """Tick the reconciler until the job is Succeeded/Failed; return its status.
 
     fresh_each_tick: a new Reconciler and API client at every tick (an operator restarted between any
@@ -158,7 +193,7 @@ def drive(bed, ns: str, name: str, *, timeout: float = 120.0, interval: float = 
             r = make()
         if racer and n % 2:
             other, out = make(), []
-            th = threading.Thread(target=lambda: out.append(other.reconcile(ns, name)))
+            th = threading.Thread(target=lambda out=out, other=other: out.append(other.reconcile(ns, name)))
             th.start()
             phase = r.reconcile(ns, name)
             th.join()
@@ -171,8 +206,7 @@ def drive(bed, ns: str, name: str, *, timeout: float = 120.0, interval: float = 
             break
         if time.time() > deadline:
             st = get_job(bed, ns, name, **_group_of(make_cluster()))["status"]
-            raise TimeoutError(f"job {ns}/{name} still {phase} after {timeout}s: "
-                               f"{json.dumps(st, indent=1)[:3000]}")
+            raise TimeoutError(f"job {ns}/{name} still {phase} after {timeout}s: {json.dumps(st, indent=1)[:3000]}")
         time.sleep(interval)
     return get_job(bed, ns, name, **_group_of(make_cluster())).get("status") or {}
 
@@ -197,8 +231,12 @@ def audit_codes(bed, ns: str) -> dict[str, Counter]:
     out: dict[str, Counter] = {"pods": Counter(), "rltuningjobs/status": Counter()}
     for ev, ref in bedlib.audit_events(bed, ns):
         code = (ev.get("responseStatus") or {}).get("code")
-        if ev.get("verb") == "create" and ref.get("resource") == "pods" and not ref.get("subresource") \
-                and "dryRun=" not in ev.get("requestURI", ""):
+        if (
+            ev.get("verb") == "create"
+            and ref.get("resource") == "pods"
+            and not ref.get("subresource")
+            and "dryRun=" not in ev.get("requestURI", "")
+        ):
             out["pods"][code] += 1
         elif (ref.get("resource"), ref.get("subresource"), ev.get("verb")) == ("rltuningjobs", "status", "update"):
             out["rltuningjobs/status"][code] += 1
@@ -239,8 +277,9 @@ class PodLedger(bedlib.TrialPodWatch):
         else:
             self._alive_any.pop(name, None)
         self.peak = max(self.peak, sum(self.live.values()))
-        self.peak_trials = max(self.peak_trials, len({self.pods[n].metadata.labels.get(P.LABEL_TRIAL)
-                                                      for n in self.live}))
+        self.peak_trials = max(
+            self.peak_trials, len({self.pods[n].metadata.labels.get(P.LABEL_TRIAL) for n in self.live})
+        )
         self.peak_with_terminating = max(self.peak_with_terminating, sum(self._alive_any.values()))
 
 
@@ -255,8 +294,16 @@ def test_restart_every_tick_never_duplicates_pods(bed, ns):
     create_job(bed, ns, doc)
     phases: list[str] = []
     events = Events()
-    st = drive(bed, ns, "tune", fresh_each_tick=True, racer=True, events=events, timeout=150,
-               on_tick=lambda ph: phases.append(ph) if ph and (not phases or phases[-1] != ph) else None)
+    st = drive(
+        bed,
+        ns,
+        "tune",
+        fresh_each_tick=True,
+        racer=True,
+        events=events,
+        timeout=150,
+        on_tick=lambda ph: phases.append(ph) if ph and (not phases or phases[-1] != ph) else None,
+    )
 
     assert st["phase"] == "Succeeded", json.dumps(st, indent=1)[:3000]
     assert phases[0] == "Profiling" and "Searching" in phases and phases[-1] == "Succeeded", phases
@@ -274,8 +321,10 @@ def test_restart_every_tick_never_duplicates_pods(bed, ns):
     creations = pod_creations(bed, ns)
     assert creations, "no pod creation in the audit log"
     codes = audit_codes(bed, ns)
-    print(f"\nphases {phases}; audit log: pod creates by HTTP code {dict(codes['pods'])}, "
-          f"status writes by code {dict(codes['rltuningjobs/status'])}")
+    print(
+        f"\nphases {phases}; audit log: pod creates by HTTP code {dict(codes['pods'])}, "
+        f"status writes by code {dict(codes['rltuningjobs/status'])}"
+    )
     assert codes["rltuningjobs/status"][409] >= 1, "the two reconcilers never raced on a status write"
     dups = {n: k for n, k in creations.items() if k > 1}
     assert not dups, f"pods created more than once: {dups}"
@@ -293,8 +342,11 @@ def test_restart_every_tick_never_duplicates_pods(bed, ns):
         assert Reconciler(KubeCluster(bed.api_client())).reconcile(ns, "tune") == "Succeeded"
     assert get_job(bed, ns, "tune")["metadata"]["resourceVersion"] == rv
     core = bed.core()
-    bedlib.wait_for(lambda: not [p for p in core.list_namespaced_pod(ns).items
-                                 if p.metadata.deletion_timestamp is None], 30, what="trial pods torn down")
+    bedlib.wait_for(
+        lambda: not [p for p in core.list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None],
+        30,
+        what="trial pods torn down",
+    )
 
 
 def test_gpu_budget_respected_across_running_trials(bed, ns):
@@ -321,8 +373,10 @@ def test_gpu_budget_respected_across_running_trials(bed, ns):
     assert ledger.peak <= 16, ledger.peak
     search = [t for t in st["trials"] if t["kind"] == "search"]
     spans = [(t["id"], t["createdAt"], t.get("finishedAt"), t["gpus"]) for t in search]
-    print(f"\nGPU peak {ledger.peak} (incl. pods still terminating: {ledger.peak_with_terminating}), "
-          f"most trials at once {ledger.peak_trials}; search trials (id, created, finished, gpus): {spans}")
+    print(
+        f"\nGPU peak {ledger.peak} (incl. pods still terminating: {ledger.peak_with_terminating}), "
+        f"most trials at once {ledger.peak_trials}; search trials (id, created, finished, gpus): {spans}"
+    )
     assert max(samples) == 16  # the budget was actually used up, not trivially respected
     assert {t["gpus"] for t in search} <= {8, 16} and any(t["gpus"] == 8 for t in search), search
     # two trials did run at once (two 8-GPU ones fit), never three although parallelTrials allows it
@@ -335,9 +389,15 @@ def _oom_job(bed, **budget) -> dict:
     exits 137 with "CUDA out of memory: trainer needs ~283-295 GiB/GPU, 268 GiB available"."""
     doc = job_doc(bed, **budget)
     doc["spec"]["objective"] = "gpuSecondsPerStep"
-    doc["spec"]["searchSpace"] = {"knobs": only_knobs(gpus=[8], trainer__tp=[1], trainer__ep=[1],
-                                                      trainer__microBatchTokens=[4096],
-                                                      trainer__recompute=["none", "selective"])}
+    doc["spec"]["searchSpace"] = {
+        "knobs": only_knobs(
+            gpus=[8],
+            trainer__tp=[1],
+            trainer__ep=[1],
+            trainer__microBatchTokens=[4096],
+            trainer__recompute=["none", "selective"],
+        )
+    }
     return doc
 
 
@@ -356,8 +416,11 @@ def test_too_many_failed_trials_fail_the_job(bed, ns):
     assert cond["status"] == "True" and cond["reason"] == "TooManyFailedTrials", cond
     assert "maxFailedTrials=2" in st["message"] and st["trialsFailed"] == 2
     assert events.reasons()["TrialFailed"] == 2
-    bedlib.wait_for(lambda: not [p for p in bed.core().list_namespaced_pod(ns).items
-                                 if p.metadata.deletion_timestamp is None], 30, what="trial pods torn down")
+    bedlib.wait_for(
+        lambda: not [p for p in bed.core().list_namespaced_pod(ns).items if p.metadata.deletion_timestamp is None],
+        30,
+        what="trial pods torn down",
+    )
 
 
 def test_baseline_failure_fails_the_job(bed, ns):
@@ -376,9 +439,11 @@ def test_baseline_failure_fails_the_job(bed, ns):
 
 
 # a workload that reports 2 of the 3 steps it was asked for (a framework that loses its last pushes)
-_SHORT_RUN = ("import json, os, runpy, sys; s = json.loads(os.environ['RLTUNE_TRIAL_SPEC']); s['steps'] = 2; "
-              "os.environ['RLTUNE_TRIAL_SPEC'] = json.dumps(s); sys.argv = ['rltune.trial']; "
-              "runpy.run_module('rltune.trial', run_name='__main__')")
+_SHORT_RUN = (
+    "import json, os, runpy, sys; s = json.loads(os.environ['RLTUNE_TRIAL_SPEC']); s['steps'] = 2; "
+    "os.environ['RLTUNE_TRIAL_SPEC'] = json.dumps(s); sys.argv = ['rltune.trial']; "
+    "runpy.run_module('rltune.trial', run_name='__main__')"
+)
 
 
 @pytest.mark.parametrize("code,reported", [("pass", 0), (_SHORT_RUN, 2)], ids=["no-metrics", "fewer-steps"])
@@ -426,8 +491,9 @@ def test_unschedulable_trial_all_or_nothing(bed, ns, tiny_pool):
     doc = job_doc(bed, maxTrials=2, parallelTrials=1, maxFailedTrials=1, scheduleTimeoutSeconds=5)
     s = doc["spec"]
     s["resources"]["nodeSelector"] = {"rltune.io/pool": tiny_pool}
-    s["resources"]["tolerations"] = [{"key": "rltune.io/test-pool", "operator": "Equal", "value": tiny_pool,
-                                      "effect": "NoSchedule"}]
+    s["resources"]["tolerations"] = [
+        {"key": "rltune.io/test-pool", "operator": "Equal", "value": tiny_pool, "effect": "NoSchedule"}
+    ]
     s["baseline"]["gpus"] = 8  # the baseline fits the node
     s["searchSpace"] = {"knobs": only_knobs(gpus=[16], rollout__maxNumSeqs=[256])}
     s["workload"]["env"] = [{"name": "RLTUNE_TWIN_SECONDS_PER_STEP", "value": "2"}]  # rank 0 still runs at teardown
@@ -451,6 +517,7 @@ def test_unschedulable_trial_all_or_nothing(bed, ns, tiny_pool):
     for rank in (0, 1):
         bedlib.wait_pod_gone(core, ns, P.pod_name("tune", "t1", rank), timeout=30)
     from kubernetes.client.rest import ApiException
+
     with pytest.raises(ApiException) as e:
         core.read_namespaced_service(P.service_name("tune", "t1"), ns)
     assert e.value.status == 404
@@ -492,18 +559,21 @@ def old_crd(bed):
         ext.delete_custom_resource_definition(f"{PLURAL}.{group}")
 
 
-@pytest.mark.parametrize("change,field", [
-    ({"baseline": {"placement": "disaggregated", "trainerGpus": 16}}, "spec.baseline.trainerGpus"),
-    ({"budget": {"warmupSteps": 3, "stepsPerTrial": 3}}, "budget.warmupSteps"),
-], ids=["trainerGpus-not-below-gpus", "warmup-not-below-steps"])
+@pytest.mark.parametrize(
+    "change,field",
+    [
+        ({"baseline": {"placement": "disaggregated", "trainerGpus": 16}}, "spec.baseline.trainerGpus"),
+        ({"budget": {"warmupSteps": 3, "stepsPerTrial": 3}}, "budget.warmupSteps"),
+    ],
+    ids=["trainerGpus-not-below-gpus", "warmup-not-below-steps"],
+)
 def test_invalid_spec_condition_names_field(bed, ns, old_crd, change, field):
     doc = job_doc(bed)
     for k, v in change.items():
         doc["spec"][k].update(v)
     create_job(bed, ns, doc, group=old_crd)  # accepted: this CRD has no CEL rules
     events = Events()
-    st = drive(bed, ns, "tune", events=events, timeout=30,
-               cluster=lambda: KubeCluster(bed.api_client(), group=old_crd))
+    st = drive(bed, ns, "tune", events=events, timeout=30, cluster=lambda: KubeCluster(bed.api_client(), group=old_crd))
     assert st["phase"] == "Failed"
     cond = conditions(st)["SpecValid"]
     assert cond["status"] == "False" and cond["reason"] == "InvalidSpec" and field in cond["message"], cond
@@ -554,13 +624,19 @@ def test_promql_scoring_from_real_prometheus(bed, ns):
         ex.record(StepRecord(step=step, duration=10.5 + step, phases={"generation": 8.0}, warmup=step == 0))
     ex.finish(ok=False, reason="CUDA out of memory: trainer needs 295 GiB/GPU")
 
-    steps = bedlib.wait_for(lambda: (lambda s: s if len(s) == 3 else None)(
-        prom.query_trial(bed.prometheus_url, ns, job, tid, names)), 30, what="3 steps in Prometheus")
+    steps = bedlib.wait_for(
+        lambda: (lambda s: s if len(s) == 3 else None)(prom.query_trial(bed.prometheus_url, ns, job, tid, names)),
+        30,
+        what="3 steps in Prometheus",
+    )
     assert [s.step for s in steps] == [0, 1, 2] and steps[0].warmup and not steps[1].warmup
     assert steps[1].duration == 11.5 and steps[1].phases["generation"] == 8.0
     assert prom.query_trial(bed.prometheus_url, ns, job, "t2", names) == []  # other trials: nothing
-    reason = bedlib.wait_for(lambda: prom.trial_reason(bed.prometheus_url, ns, job, tid), 30,
-                             what="the exported failure reason in Prometheus")  # the last push, one scrape later
+    reason = bedlib.wait_for(
+        lambda: prom.trial_reason(bed.prometheus_url, ns, job, tid),
+        30,
+        what="the exported failure reason in Prometheus",
+    )  # the last push, one scrape later
     assert reason == "CUDA out of memory: trainer needs 295 GiB/GPU"
     assert prom.trial_reason(bed.prometheus_url, ns, job, "t2") is None
     # a Prometheus that is not there is a MetricsError (the reconciler keeps waiting), never zero steps

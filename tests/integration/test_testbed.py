@@ -1,5 +1,6 @@
 """Acceptance tests of the local test bed (GitHub issue 2): real kube-apiserver, kube-scheduler,
 kube-controller-manager, kwok nodes, the local pod runner, Prometheus and the Pushgateway."""
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,14 @@ from bed import testbed
 # ----------------------------------------------------------------------------- no bed needed
 def test_image_mapping_regex_matches_globs():
     import re
+
     rx = re.compile(testbed.image_regex())
-    for img in ("rltune/trial:dev", "ghcr.io/rltune/trial:0.1", "ghcr.io/rltune/operator:latest",
-                "localhost:5000/rltune/trial:x"):
+    for img in (
+        "rltune/trial:dev",
+        "ghcr.io/rltune/trial:0.1",
+        "ghcr.io/rltune/operator:latest",
+        "localhost:5000/rltune/trial:x",
+    ):
         assert rx.match(img), img
     for img in ("registry.k8s.io/pause:3.10", "nginx", "rltune/other:1", "busybox"):
         assert not rx.match(img), img
@@ -30,6 +36,7 @@ def test_kwok_stages_are_data_with_the_runner_images_filled_in():
     """hack/kwok/*.yaml are the Stages; the pods the runner executes are excluded from kwok's own
     completion and deletion by the image selector filled in for @MAPPED_IMAGES@."""
     import re
+
     docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(testbed.kwok_config())}
     assert len(docs) == len(list(testbed.KWOK_STAGES.glob("*.yaml")))
     assert testbed.MAPPED_IMAGES not in testbed.kwok_config()
@@ -43,8 +50,7 @@ def test_kwok_stages_are_data_with_the_runner_images_filled_in():
 def test_kwok_config_is_valid_yaml_with_stages():
     docs = list(yaml.safe_load_all(testbed.kwok_config()))
     names = {d["metadata"]["name"] for d in docs}
-    assert {"rltune-node-initialize", "rltune-pod-ready", "rltune-pod-complete",
-            "rltune-pod-delete"} <= names
+    assert {"rltune-node-initialize", "rltune-pod-ready", "rltune-pod-complete", "rltune-pod-delete"} <= names
     for d in docs:
         assert d["kind"] == "Stage"
 
@@ -64,6 +70,7 @@ def test_node_manifest_gfd_labels_and_taint():
 
 def test_env_expansion():
     from podinvoke import expand
+
     assert expand("--x=$(A) $$(A) $(B)", {"A": "1"}) == "--x=1 $(A) $(B)"
 
 
@@ -83,14 +90,20 @@ def test_gpu_pod_scheduled_on_b300_node(bed, core, namespace):
     assert node.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-B300-SXM6-AC"
     assert node.status.allocatable["nvidia.com/gpu"] == "8"
     assert b.pod_condition(pod, "PodScheduled").status == "True"
+
     # the apiserver's audit log records the pod creation (Metadata level)
     def audited():
         for line in bed.audit_log.read_text().splitlines():
             ev = json.loads(line)
             ref = ev.get("objectRef", {})
-            if (ev["verb"] == "create" and ref.get("resource") == "pods"
-                    and ref.get("namespace") == namespace and ev["stage"] == "ResponseComplete"):
+            if (
+                ev["verb"] == "create"
+                and ref.get("resource") == "pods"
+                and ref.get("namespace") == namespace
+                and ev["stage"] == "ResponseComplete"
+            ):
                 return ev
+
     ev = b.wait_for(audited, 10, what="audit event")
     assert ev["level"] == "Metadata" and ev["responseStatus"]["code"] == 201
 
@@ -103,6 +116,7 @@ def test_pod_asking_9_gpus_stays_pending(bed, core, namespace):
         p = core.read_namespaced_pod("gpu9", namespace)
         c = b.pod_condition(p, "PodScheduled")
         return c if c is not None and c.status == "False" else None
+
     cond = b.wait_for(unschedulable, 30, what="PodScheduled=False")
     assert cond.reason == "Unschedulable"
     assert "Insufficient nvidia.com/gpu" in cond.message
@@ -115,8 +129,7 @@ def _busy_gpu_nodes(core, pool: str) -> dict[str, str]:
     busy = {}
     for p in core.list_pod_for_all_namespaces().items:
         if p.spec.node_name in nodes and p.status.phase not in ("Succeeded", "Failed"):
-            if any((c.resources and c.resources.limits or {}).get("nvidia.com/gpu")
-                   for c in p.spec.containers):
+            if any((c.resources and c.resources.limits or {}).get("nvidia.com/gpu") for c in p.spec.containers):
                 busy[p.spec.node_name] = f"{p.metadata.namespace}/{p.metadata.name}"
     return busy
 
@@ -139,9 +152,13 @@ def test_eight_pods_fill_the_pool_and_ninth_pends(bed, core, namespace):
         def settled():
             pods = core.list_namespaced_pod(namespace).items
             bound = [p for p in pods if p.spec.node_name]
-            pending = [p for p in pods if not p.spec.node_name
-                       and getattr(b.pod_condition(p, "PodScheduled"), "status", None) == "False"]
+            pending = [
+                p
+                for p in pods
+                if not p.spec.node_name and getattr(b.pod_condition(p, "PodScheduled"), "status", None) == "False"
+            ]
             return (bound, pending) if len(bound) == 8 and len(pending) == 1 else None
+
         bound, pending = b.wait_for(settled, 60, what="8 bound + 1 unschedulable")
         assert len({p.spec.node_name for p in bound}) == 8  # one per node: 8 GPUs each
         assert "Insufficient nvidia.com/gpu" in b.pod_condition(pending[0], "PodScheduled").message
@@ -161,8 +178,10 @@ def test_h200_pool_of_16_nodes_can_be_created(bed, core, namespace):
         h200 = testbed.gpu_types()["H200"]["labels"]
         assert {n.metadata.labels["nvidia.com/gpu.product"] for n in nodes} == {h200["nvidia.com/gpu.product"]}
         assert {n.metadata.labels["nvidia.com/gpu.memory"] for n in nodes} == {h200["nvidia.com/gpu.memory"]}
-        core.create_namespaced_pod(namespace, b.gpu_pod(
-            "h200pod", 8, product=h200["nvidia.com/gpu.product"], node_selector={"rltune.io/pool": pool}))
+        core.create_namespaced_pod(
+            namespace,
+            b.gpu_pod("h200pod", 8, product=h200["nvidia.com/gpu.product"], node_selector={"rltune.io/pool": pool}),
+        )
         pod = b.wait_pod(core, namespace, "h200pod", phases=("Running",), timeout=30)
         assert pod.spec.node_name.startswith(pool)
     finally:
@@ -172,11 +191,14 @@ def test_h200_pool_of_16_nodes_can_be_created(bed, core, namespace):
 
 # ----------------------------------------------------------------------------- pod runner
 def test_mapped_pod_runs_locally_and_succeeds(bed, core, namespace):
-    code = ("import os, sys; print('hello from', os.environ['POD_NAME'], os.environ['POD_NAMESPACE'],"
-            " os.environ['POD_IP'], os.environ['NODE_NAME'], os.environ['GREETING'], sys.executable);"
-            " print('pushgateway', os.environ['RLTUNE_PUSHGATEWAY_URL'])")
-    core.create_namespaced_pod(namespace, b.python_pod(
-        "ok", code, env=[{"name": "GREETING", "value": "hi-$(POD_NAME)"}]))
+    code = (
+        "import os, sys; print('hello from', os.environ['POD_NAME'], os.environ['POD_NAMESPACE'],"
+        " os.environ['POD_IP'], os.environ['NODE_NAME'], os.environ['GREETING'], sys.executable);"
+        " print('pushgateway', os.environ['RLTUNE_PUSHGATEWAY_URL'])"
+    )
+    core.create_namespaced_pod(
+        namespace, b.python_pod("ok", code, env=[{"name": "GREETING", "value": "hi-$(POD_NAME)"}])
+    )
     pod = b.wait_pod(core, namespace, "ok", timeout=60)
     assert pod.status.phase == "Succeeded", pod.status
     cs = pod.status.container_statuses[0]
@@ -186,15 +208,15 @@ def test_mapped_pod_runs_locally_and_succeeds(bed, core, namespace):
     assert str(bed.repo / ".venv") in out or "python" in out
     assert pod.status.pod_ip.startswith("127.")
     # kubectl logs: apiserver -> kwok's kubelet endpoint -> the CRI copy of the pod's output
-    logs = b.wait_for(lambda: core.read_namespaced_pod_log("ok", namespace, container="trial"),
-                      10, what="pod logs via the API")
+    logs = b.wait_for(
+        lambda: core.read_namespaced_pod_log("ok", namespace, container="trial"), 10, what="pod logs via the API"
+    )
     assert logs.splitlines()[0].startswith(f"hello from ok {namespace}")
 
 
 @pytest.mark.parametrize("exit_code,reason", [(3, "Error"), (137, "OOMKilled")])
 def test_mapped_pod_failure_reports_exit_code(bed, core, namespace, exit_code, reason):
-    core.create_namespaced_pod(namespace, b.python_pod(
-        "fail", f"import sys; sys.exit({exit_code})"))
+    core.create_namespaced_pod(namespace, b.python_pod("fail", f"import sys; sys.exit({exit_code})"))
     pod = b.wait_pod(core, namespace, "fail", timeout=60)
     assert pod.status.phase == "Failed"
     term = pod.status.container_statuses[0].state.terminated
@@ -203,8 +225,9 @@ def test_mapped_pod_failure_reports_exit_code(bed, core, namespace, exit_code, r
 
 def test_deleting_a_running_pod_kills_its_process(bed, core, namespace):
     marker = f"rltune-sleep-{uuid.uuid4().hex[:8]}"
-    core.create_namespaced_pod(namespace, b.python_pod(
-        "sleeper", f"import time  # {marker}\ntime.sleep(600)", grace=10))
+    core.create_namespaced_pod(
+        namespace, b.python_pod("sleeper", f"import time  # {marker}\ntime.sleep(600)", grace=10)
+    )
     pod = b.wait_pod(core, namespace, "sleeper", phases=("Running",), timeout=30)
     pids = b.wait_for(lambda: b.pids_with_cmdline(marker), 30, what="process started")
     assert b.pod_pids(pod.metadata.uid)
@@ -218,12 +241,13 @@ def test_deleting_a_running_pod_kills_its_process(bed, core, namespace):
 
 def test_sigterm_ignoring_process_is_killed_after_grace(bed, core, namespace):
     marker = f"rltune-stubborn-{uuid.uuid4().hex[:8]}"
-    code = (f"import signal, time  # {marker}\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "print('ready', flush=True)\ntime.sleep(600)")
+    code = (
+        f"import signal, time  # {marker}\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\ntime.sleep(600)"
+    )
     core.create_namespaced_pod(namespace, b.python_pod("stubborn", code, grace=2))
     b.wait_pod(core, namespace, "stubborn", phases=("Running",), timeout=30)
-    b.wait_for(lambda: "\nready\n" in bed.pod_log(namespace, "stubborn"), 30,
-               what="process ready (SIGTERM ignored)")
+    b.wait_for(lambda: "\nready\n" in bed.pod_log(namespace, "stubborn"), 30, what="process ready (SIGTERM ignored)")
     t0 = time.time()
     core.delete_namespaced_pod("stubborn", namespace)
     b.wait_pod_gone(core, namespace, "stubborn", timeout=20)
@@ -234,9 +258,7 @@ def test_sigterm_ignoring_process_is_killed_after_grace(bed, core, namespace):
 def test_runner_restart_readopts_without_duplicates(bed, core, namespace):
     marker = f"rltune-readopt-{uuid.uuid4().hex[:8]}"
     flag = bed.state_dir / f"{marker}.go"
-    code = (f"import os, time  # {marker}\n"
-            f"while not os.path.exists({str(flag)!r}): time.sleep(0.1)\n"
-            "print('released')")
+    code = f"import os, time  # {marker}\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.1)\nprint('released')"
     core.create_namespaced_pod(namespace, b.python_pod("readopt", code))
     b.wait_pod(core, namespace, "readopt", phases=("Running",), timeout=30)
     b.wait_for(lambda: b.pids_with_cmdline(marker), 30, what="process started")
@@ -244,8 +266,7 @@ def test_runner_restart_readopts_without_duplicates(bed, core, namespace):
     argv = testbed.component_argv(testbed.bin_dir(build=False))["podrunner"]
     testbed.start_process("podrunner", argv)
     time.sleep(2)  # the new runner lists pods and re-adopts
-    assert len([p for p in b.pids_with_cmdline(marker)
-                if "rltune-pod" not in open(f"/proc/{p}/cmdline").read()]) == 1
+    assert len([p for p in b.pids_with_cmdline(marker) if "rltune-pod" not in open(f"/proc/{p}/cmdline").read()]) == 1
     flag.write_text("go")
     try:
         pod = b.wait_pod(core, namespace, "readopt", timeout=30)
@@ -256,16 +277,18 @@ def test_runner_restart_readopts_without_duplicates(bed, core, namespace):
 
 
 def test_owner_deletion_garbage_collects_pods(bed, core, namespace):
-    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"},
-                                                          "data": {"k": "v"}})
+    owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}, "data": {"k": "v"}})
     ref = b.owner_ref(owner, "ConfigMap")
     marker = f"rltune-gc-{uuid.uuid4().hex[:8]}"
-    core.create_namespaced_pod(namespace, b.python_pod(
-        "child-mapped", f"import time  # {marker}\ntime.sleep(600)", owner=ref))
-    plain = {"apiVersion": "v1", "kind": "Pod",
-             "metadata": {"name": "child-plain", "ownerReferences": [dict(ref, controller=False)]},
-             "spec": {"containers": [{"name": "c", "image": b.PAUSE_IMAGE}],
-                      "terminationGracePeriodSeconds": 1}}
+    core.create_namespaced_pod(
+        namespace, b.python_pod("child-mapped", f"import time  # {marker}\ntime.sleep(600)", owner=ref)
+    )
+    plain = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "child-plain", "ownerReferences": [dict(ref, controller=False)]},
+        "spec": {"containers": [{"name": "c", "image": b.PAUSE_IMAGE}], "terminationGracePeriodSeconds": 1},
+    }
     core.create_namespaced_pod(namespace, plain)
     b.wait_pod(core, namespace, "child-mapped", phases=("Running",), timeout=30)
     b.wait_pod(core, namespace, "child-plain", phases=("Running",), timeout=30)
@@ -280,34 +303,51 @@ def test_owner_deletion_garbage_collects_pods(bed, core, namespace):
 def test_pushed_value_is_queryable_in_prometheus(bed):
     job = b.unique("testbed-probe")
     value = 1234.5 + (uuid.uuid4().int % 1000)
-    b.push_metric(bed.pushgateway_url, job,
-                  f"# TYPE rltune_testbed_probe gauge\nrltune_testbed_probe{{trial=\"t1\"}} {value}\n",
-                  instance="x")
-    res = b.wait_for(lambda: b.prom_query(bed.prometheus_url, f'rltune_testbed_probe{{job="{job}"}}'),
-                     30, interval=0.5, what="metric in Prometheus")
+    b.push_metric(
+        bed.pushgateway_url,
+        job,
+        f'# TYPE rltune_testbed_probe gauge\nrltune_testbed_probe{{trial="t1"}} {value}\n',
+        instance="x",
+    )
+    res = b.wait_for(
+        lambda: b.prom_query(bed.prometheus_url, f'rltune_testbed_probe{{job="{job}"}}'),
+        30,
+        interval=0.5,
+        what="metric in Prometheus",
+    )
     assert float(res[0]["value"][1]) == value
     assert res[0]["metric"]["trial"] == "t1"  # honor_labels keeps the pushed labels
-    req = urllib.request.Request(f"{bed.pushgateway_url}/metrics/job/{job}/instance/x",
-                                 method="DELETE")
+    req = urllib.request.Request(f"{bed.pushgateway_url}/metrics/job/{job}/instance/x", method="DELETE")
     urllib.request.urlopen(req, timeout=5).close()
 
 
 def test_pod_metrics_scraped_via_file_sd(bed, core, namespace):
-    code = ("import http.server, os\n"
-            "class H(http.server.BaseHTTPRequestHandler):\n"
-            "    def do_GET(self):\n"
-            "        body = b'rltune_testbed_pod_up 1\\n'\n"
-            "        self.send_response(200); self.send_header('Content-Type','text/plain')\n"
-            "        self.end_headers(); self.wfile.write(body)\n"
-            "    def log_message(self, *a): pass\n"
-            "http.server.HTTPServer((os.environ['POD_IP'], 9400), H).serve_forever()\n")
-    core.create_namespaced_pod(namespace, b.python_pod(
-        "exporter", code, labels={"rltune.io/trial": "t7"},
-        annotations={"prometheus.io/scrape": "true", "prometheus.io/port": "9400"}))
+    code = (
+        "import http.server, os\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        "        body = b'rltune_testbed_pod_up 1\\n'\n"
+        "        self.send_response(200); self.send_header('Content-Type','text/plain')\n"
+        "        self.end_headers(); self.wfile.write(body)\n"
+        "    def log_message(self, *a): pass\n"
+        "http.server.HTTPServer((os.environ['POD_IP'], 9400), H).serve_forever()\n"
+    )
+    core.create_namespaced_pod(
+        namespace,
+        b.python_pod(
+            "exporter",
+            code,
+            labels={"rltune.io/trial": "t7"},
+            annotations={"prometheus.io/scrape": "true", "prometheus.io/port": "9400"},
+        ),
+    )
     b.wait_pod(core, namespace, "exporter", phases=("Running",), timeout=30)
-    res = b.wait_for(lambda: b.prom_query(
-        bed.prometheus_url, f'rltune_testbed_pod_up{{namespace="{namespace}",pod="exporter"}}'),
-        30, interval=0.5, what="pod metric scraped")
+    res = b.wait_for(
+        lambda: b.prom_query(bed.prometheus_url, f'rltune_testbed_pod_up{{namespace="{namespace}",pod="exporter"}}'),
+        30,
+        interval=0.5,
+        what="pod metric scraped",
+    )
     assert res[0]["metric"]["pod_label_rltune_io_trial"] == "t7"
 
 
@@ -320,40 +360,55 @@ def test_pod_gets_its_service_account_volumes_and_names(bed, core, namespace):
 
     rbac = client.RbacAuthorizationV1Api(bed.api_client())
     core.create_namespaced_service_account(namespace, {"metadata": {"name": "reader"}})
-    rbac.create_namespaced_role(namespace, {"metadata": {"name": "cm-reader"}, "rules": [
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}]})
-    rbac.create_namespaced_role_binding(namespace, {
-        "metadata": {"name": "reader"}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
-                                                    "name": "cm-reader"},
-        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]})
+    rbac.create_namespaced_role(
+        namespace,
+        {
+            "metadata": {"name": "cm-reader"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]}],
+        },
+    )
+    rbac.create_namespaced_role_binding(
+        namespace,
+        {
+            "metadata": {"name": "reader"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cm-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+        },
+    )
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"a.yaml": "x: 1\n"}})
     # a Service with a ready endpoint whose name the pod must resolve
-    core.create_namespaced_pod(namespace, b.python_pod("server", "import time; time.sleep(120)",
-                                                       labels={"app": "server"}))
+    core.create_namespaced_pod(
+        namespace, b.python_pod("server", "import time; time.sleep(120)", labels={"app": "server"})
+    )
     server = b.wait_pod(core, namespace, "server", phases=("Running",), timeout=30)
-    core.create_namespaced_service(namespace, {"metadata": {"name": "web"}, "spec": {
-        "selector": {"app": "server"}, "ports": [{"port": 8080}]}})
+    core.create_namespaced_service(
+        namespace, {"metadata": {"name": "web"}, "spec": {"selector": {"app": "server"}, "ports": [{"port": 8080}]}}
+    )
     code = (
         "import os, socket, json\n"
         "from kubernetes import client, config\n"
         "assert 'KUBECONFIG' not in os.environ, 'admin kubeconfig leaked into the pod'\n"
         "config.load_incluster_config()\n"
         "api = client.CoreV1Api()\n"
-        "print('configmaps', [c.metadata.name for c in api.list_namespaced_config_map(os.environ['POD_NAMESPACE']).items])\n"
+        "ns = os.environ['POD_NAMESPACE']\n"
+        "print('configmaps', [c.metadata.name for c in api.list_namespaced_config_map(ns).items])\n"
         "try:\n"
         "    api.list_namespaced_secret(os.environ['POD_NAMESPACE'])\n"
         "    print('secrets: allowed')\n"
         "except client.ApiException as e:\n"
         "    print('secrets:', e.status)\n"
-        "who = client.AuthenticationV1Api().create_self_subject_review({'apiVersion': 'authentication.k8s.io/v1', 'kind': 'SelfSubjectReview'})\n"
+        "review = {'apiVersion': 'authentication.k8s.io/v1', 'kind': 'SelfSubjectReview'}\n"
+        "who = client.AuthenticationV1Api().create_self_subject_review(review)\n"
         "print('user', who.status.user_info.username)\n"
         "print('file', open('/etc/settings/a.yaml').read().strip())\n"
-        "print('web', socket.gethostbyname('web.' + os.environ['POD_NAMESPACE'] + '.svc'))\n")
+        "print('web', socket.gethostbyname('web.' + os.environ['POD_NAMESPACE'] + '.svc'))\n"
+    )
     pod = b.python_pod("client", code)
     pod["spec"]["serviceAccountName"] = "reader"
     pod["spec"]["volumes"] = [{"name": "settings", "configMap": {"name": "settings"}}]
-    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "settings", "mountPath": "/etc/settings",
-                                                     "readOnly": True}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [
+        {"name": "settings", "mountPath": "/etc/settings", "readOnly": True}
+    ]
     core.create_namespaced_pod(namespace, pod)
     done = b.wait_pod(core, namespace, "client", timeout=60)
     out = bed.pod_log(namespace, "client")
@@ -364,5 +419,6 @@ def test_pod_gets_its_service_account_volumes_and_names(bed, core, namespace):
     assert "file x: 1" in out
     assert f"web {server.status.pod_ip}" in out
     # the token was requested for this pod (TokenRequest bound to it), not taken from a Secret
-    assert any(ref.get("subresource") == "token" and ref.get("name") == "reader"
-               for _, ref in b.audit_events(bed, namespace))
+    assert any(
+        ref.get("subresource") == "token" and ref.get("name") == "reader" for _, ref in b.audit_events(bed, namespace)
+    )

@@ -32,17 +32,24 @@ def test_twin_trial_push_and_promql(request):
         pytest.skip("no `bed` fixture (tests/conftest.py) available")
     trial = "push-" + uuid.uuid4().hex[:8]
     spec = {
-        "mode": "twin", "namespace": "itest", "job": "pushjob", "trial": trial,
+        "mode": "twin",
+        "namespace": "itest",
+        "job": "pushjob",
+        "trial": trial,
         "model": {"preset": "qwen2.5-7b"},
         "task": {"promptsPerStep": 64, "samplesPerPrompt": 8, "maxResponseTokens": 8192},
         "config": {"gpus": 16, "rollout": {"tp": 1, "gpuMemoryUtilization": 0.6}, "trainer": {"tp": 2}},
-        "steps": 4, "warmupSteps": 1, "seed": 1, "pushgatewayUrl": bed.pushgateway_url,
+        "steps": 4,
+        "warmupSteps": 1,
+        "seed": 1,
+        "pushgatewayUrl": bed.pushgateway_url,
     }
     env = dict(os.environ, RLTUNE_TRIAL_SPEC=json.dumps(spec))
     env["PYTHONPATH"] = str(ROOT / "operator") + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("RLTUNE_PUSHGATEWAY_URL", None)
-    r = subprocess.run([sys.executable, "-m", "rltune.trial"], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "rltune.trial"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert "failed" not in r.stdout, r.stdout
 
@@ -59,8 +66,9 @@ def test_twin_trial_push_and_promql(request):
     for s in steps:
         assert s["metric"]["job"] == "rltune-trial"
         assert float(s["value"][1]) > 1.0
-    scored = _query(bed.prometheus_url,
-                    f"rltune_step_duration_seconds{{{sel}}} unless on(step) (rltune_step_warmup{{{sel}}} == 1)")
+    scored = _query(
+        bed.prometheus_url, f"rltune_step_duration_seconds{{{sel}}} unless on(step) (rltune_step_warmup{{{sel}}} == 1)"
+    )
     assert sorted(int(s["metric"]["step"]) for s in scored) == [1, 2, 3]
     gen = _query(bed.prometheus_url, f'rltune_step_phase_seconds{{{sel},phase="generation"}}')
     assert len(gen) == 4

@@ -50,8 +50,15 @@ ALL_VALUES: dict[str, Any] = {
     "resources": {"requests": {"cpu": "200m", "memory": "512Mi"}, "limits": {"cpu": 2, "memory": "2Gi"}},
     "nodeSelector": {"node-role.example.com/system": "true"},
     "tolerations": [{"key": "system", "operator": "Equal", "value": "yes", "effect": "NoSchedule"}],
-    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}]}}},
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]}
+                ]
+            }
+        }
+    },
     "priorityClassName": "system-cluster-critical",
     "podAnnotations": {"example.com/team": "ml-infra"},
     "podLabels": {"team": "ml-infra"},
@@ -65,21 +72,37 @@ ALL_VALUES: dict[str, Any] = {
     "pushgateway": {"url": "http://pushgateway.monitoring.svc:9091"},
     "gpuPool": {
         "nodeSelector": {"cloud.google.com/gke-nodepool": "b300-pool"},
-        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
-                        {"key": "dedicated", "operator": "Equal", "value": "rl", "effect": "NoExecute",
-                         "tolerationSeconds": 300}],
+        "tolerations": [
+            {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "dedicated", "operator": "Equal", "value": "rl", "effect": "NoExecute", "tolerationSeconds": 300},
+        ],
     },
     "trialDefaults": {"cpu": 16, "memory": "200Gi", "guaranteed": True},
-    "podSecurity": {"allowPrivileged": False, "allowPrivilegeEscalation": False, "allowHostNamespaces": True,
-                    "allowHostPath": True, "allowRunAsRoot": False, "allowedCapabilities": ["IPC_LOCK"],
-                    "allowSecrets": True, "allowServiceAccount": False},
+    "podSecurity": {
+        "allowPrivileged": False,
+        "allowPrivilegeEscalation": False,
+        "allowHostNamespaces": True,
+        "allowHostPath": True,
+        "allowRunAsRoot": False,
+        "allowedCapabilities": ["IPC_LOCK"],
+        "allowSecrets": True,
+        "allowServiceAccount": False,
+    },
     "reconcileInterval": 5,
     "workers": 4,
     "verbose": True,
-    "metrics": {"serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}},
-                "podMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}}},
-    "pushgatewayMonitor": {"enabled": True, "interval": "10s", "labels": {"release": "kps"}, "namespace": "obs",
-                           "selector": {"app": "pushgateway"}, "port": "web"},
+    "metrics": {
+        "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}},
+        "podMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}},
+    },
+    "pushgatewayMonitor": {
+        "enabled": True,
+        "interval": "10s",
+        "labels": {"release": "kps"},
+        "namespace": "obs",
+        "selector": {"app": "pushgateway"},
+        "port": "web",
+    },
 }
 
 
@@ -97,8 +120,13 @@ def helm() -> Path:
 
 
 def run_helm(helm: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HELM_CACHE_HOME": "/tmp/rltune-helm/cache", "HELM_CONFIG_HOME": "/tmp/rltune-helm/config",
-           "HELM_DATA_HOME": "/tmp/rltune-helm/data", "KUBECONFIG": "/dev/null"}
+    env = {
+        **os.environ,
+        "HELM_CACHE_HOME": "/tmp/rltune-helm/cache",
+        "HELM_CONFIG_HOME": "/tmp/rltune-helm/config",
+        "HELM_DATA_HOME": "/tmp/rltune-helm/data",
+        "KUBECONFIG": "/dev/null",
+    }
     return subprocess.run([str(helm), *args], capture_output=True, text=True, env=env, timeout=120)
 
 
@@ -152,13 +180,15 @@ def test_app_version_is_the_project_version():
     assert chart["apiVersion"] == "v2" and chart["name"] == "rltune"
     assert chart["appVersion"] == project["version"], (
         f"helm/rltune/Chart.yaml appVersion {chart['appVersion']!r} != pyproject.toml version "
-        f"{project['version']!r}: set appVersion to the project's version")
+        f"{project['version']!r}: set appVersion to the project's version"
+    )
 
 
 def test_chart_crd_is_the_generated_crd():
     chart_crd = CHART / "crds" / "rltuningjobs.yaml"
     assert chart_crd.read_bytes() == (ROOT / "crds" / "rltuningjobs.yaml").read_bytes(), (
-        "helm/rltune/crds/rltuningjobs.yaml drifted from crds/rltuningjobs.yaml: run `make crd`")
+        "helm/rltune/crds/rltuningjobs.yaml drifted from crds/rltuningjobs.yaml: run `make crd`"
+    )
 
 
 # ----------------------------------------------------------------------------- helm lint
@@ -179,8 +209,19 @@ def test_helm_lint_is_clean(helm, args):
 def test_defaults_render_one_restart_safe_operator(helm):
     objs = render(helm)
     kinds = sorted(o["kind"] for o in objs)
-    assert kinds == sorted(["ServiceAccount", "ConfigMap", "ClusterRole", "ClusterRole", "ClusterRoleBinding",
-                            "ClusterRoleBinding", "Service", "Deployment", "Pod"]), kinds
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ConfigMap",
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ClusterRoleBinding",
+            "Service",
+            "Deployment",
+            "Pod",
+        ]
+    ), kinds
     dep = one(objs, "Deployment")
     assert dep["spec"]["replicas"] == 1
     assert dep["spec"]["strategy"] == {"type": "Recreate"}
@@ -188,8 +229,16 @@ def test_defaults_render_one_restart_safe_operator(helm):
     assert pod["serviceAccountName"] == FULLNAME == one(objs, "ServiceAccount")["metadata"]["name"]
     assert pod["automountServiceAccountToken"] is True
     c = operator_container(objs)
-    assert c["args"] == ["--config", CONFIG, "--bind-address", "$(RLTUNE_POD_IP)",
-                         "--metrics-port", "18080", "--liveness-port", "18081"]
+    assert c["args"] == [
+        "--config",
+        CONFIG,
+        "--bind-address",
+        "$(RLTUNE_POD_IP)",
+        "--metrics-port",
+        "18080",
+        "--liveness-port",
+        "18081",
+    ]
     assert {"name": "RLTUNE_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in c["env"]
     assert "command" not in c, "the image's entrypoint is `rltune operator`; the chart sets args only"
     assert {"name": "RLTUNE_POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in c["env"]
@@ -216,8 +265,13 @@ def test_image_tag_defaults_to_app_version(helm):
 def test_restricted_security_context(helm):
     objs = render(helm)
     pod = operator_pod(objs)
-    assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
-                                      "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["securityContext"] == {
+        "runAsNonRoot": True,
+        "runAsUser": 10001,
+        "runAsGroup": 10001,
+        "fsGroup": 10001,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     sc = operator_container(objs)["securityContext"]
     assert sc["allowPrivilegeEscalation"] is False
     assert sc["readOnlyRootFilesystem"] is True
@@ -270,8 +324,7 @@ def test_cluster_wide_rbac_is_the_documented_list(helm):
     assert rules_of(one(objs, "ClusterRole", f"{FULLNAME}-cluster-read")) == CLUSTER_READ_RULES
     for b in of_kind(objs, "ClusterRoleBinding"):
         assert b["subjects"] == [{"kind": "ServiceAccount", "name": FULLNAME, "namespace": NS}]
-    assert {b["roleRef"]["name"] for b in of_kind(objs, "ClusterRoleBinding")} == {
-        FULLNAME, f"{FULLNAME}-cluster-read"}
+    assert {b["roleRef"]["name"] for b in of_kind(objs, "ClusterRoleBinding")} == {FULLNAME, f"{FULLNAME}-cluster-read"}
 
 
 def test_watch_namespaces_gives_roles_and_namespace_args(helm):
@@ -305,8 +358,13 @@ def test_no_rule_reaches_secrets_or_wildcards(helm, tmp_path, mode):
     assert roles
     for role in roles:
         for rule in role["rules"]:
-            words = [*rule.get("apiGroups", []), *rule.get("resources", []), *rule["verbs"],
-                     *rule.get("resourceNames", []), *rule.get("nonResourceURLs", [])]
+            words = [
+                *rule.get("apiGroups", []),
+                *rule.get("resources", []),
+                *rule["verbs"],
+                *rule.get("resourceNames", []),
+                *rule.get("nonResourceURLs", []),
+            ]
             assert "*" not in words, (role["metadata"]["name"], rule)
             assert not any("secret" in w for w in words), (role["metadata"]["name"], rule)
     for b in of_kind(objs, "ClusterRoleBinding") + of_kind(objs, "RoleBinding"):
@@ -317,16 +375,28 @@ def test_no_rule_reaches_secrets_or_wildcards(helm, tmp_path, mode):
 
 
 def test_monitors_only_with_the_prometheus_operator_api(helm):
-    monitors = lambda objs: sorted((o["kind"], o["metadata"]["name"]) for o in objs  # noqa: E731
-                                   if o["apiVersion"] == "monitoring.coreos.com/v1")
-    enable = ["--set", "metrics.serviceMonitor.enabled=true", "--set", "metrics.podMonitor.enabled=true",
-              "--set", "pushgatewayMonitor.enabled=true"]
+    monitors = lambda objs: sorted(
+        (o["kind"], o["metadata"]["name"])
+        for o in objs  # noqa: E731
+        if o["apiVersion"] == "monitoring.coreos.com/v1"
+    )
+    enable = [
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.podMonitor.enabled=true",
+        "--set",
+        "pushgatewayMonitor.enabled=true",
+    ]
     assert monitors(render(helm)) == []
     assert monitors(render(helm, "--api-versions", "monitoring.coreos.com/v1")) == []  # API but not enabled
     assert monitors(render(helm, *enable)) == []  # enabled but no such API in the cluster
     objs = render(helm, "--api-versions", "monitoring.coreos.com/v1", *enable)
-    assert monitors(objs) == [("PodMonitor", FULLNAME), ("ServiceMonitor", FULLNAME),
-                              ("ServiceMonitor", f"{FULLNAME}-pushgateway")]
+    assert monitors(objs) == [
+        ("PodMonitor", FULLNAME),
+        ("ServiceMonitor", FULLNAME),
+        ("ServiceMonitor", f"{FULLNAME}-pushgateway"),
+    ]
     sm = one(objs, "ServiceMonitor", FULLNAME)
     assert sm["spec"]["endpoints"][0]["port"] == "metrics"
     assert sm["spec"]["selector"]["matchLabels"].items() <= one(objs, "Service")["metadata"]["labels"].items()
@@ -396,8 +466,11 @@ def test_every_value_set_renders_a_valid_operator(helm, tmp_path):
     assert vols["prometheus-token"]["secret"]["secretName"] == "prom-token"
     assert vols["prometheus-token"]["secret"]["items"] == [{"key": "token", "path": "token"}]
     assert s.prometheus.ca_file == f"{mounts['prometheus-ca']}/ca.pem"
-    assert vols["prometheus-ca"]["configMap"] == {"name": "prom-ca", "defaultMode": 0o444,
-                                                  "items": [{"key": "ca.pem", "path": "ca.pem"}]}
+    assert vols["prometheus-ca"]["configMap"] == {
+        "name": "prom-ca",
+        "defaultMode": 0o444,
+        "items": [{"key": "ca.pem", "path": "ca.pem"}],
+    }
     assert s.pushgateway_url == "http://pushgateway.monitoring.svc:9091"
     assert s.namespaces == ["team-a", "team-b"]
     assert s.gpu_pool.node_selector == {"cloud.google.com/gke-nodepool": "b300-pool"}
@@ -427,7 +500,8 @@ def test_every_value_set_renders_a_valid_operator(helm, tmp_path):
 
 def test_a_changed_setting_rolls_the_operator_pod(helm):
     checksum = lambda objs: one(objs, "Deployment")["spec"]["template"]["metadata"]["annotations"][  # noqa: E731
-        "checksum/config"]
+        "checksum/config"
+    ]
     assert checksum(render(helm)) == checksum(render(helm))
     assert checksum(render(helm)) != checksum(render(helm, "--set", "trialDefaults.memory=16Gi"))
 
@@ -459,5 +533,7 @@ def test_chart_sets_every_operator_setting(helm, tmp_path):
     """A setting added to rltune.settings must get a chart value (and a schema entry) too."""
     raw, _ = settings_of(render_values(helm, tmp_path, ALL_VALUES))
     missing = _setting_keys(OperatorSettings) - _raw_keys(raw)
-    assert not missing, f"operator settings the chart cannot set: {sorted(missing)} (helm/rltune/values.yaml, " \
-                        "values.schema.json, templates/configmap.yaml)"
+    assert not missing, (
+        f"operator settings the chart cannot set: {sorted(missing)} (helm/rltune/values.yaml, "
+        "values.schema.json, templates/configmap.yaml)"
+    )

@@ -37,17 +37,27 @@ def test_structural_schema_shape():
     for path, node in crdgen._walk(s):
         assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
         if node.get("type") == "object" and path:
-            assert ("properties" in node or "additionalProperties" in node
-                    or node.get("x-kubernetes-preserve-unknown-fields") or path == ".metadata"), path
+            assert (
+                "properties" in node
+                or "additionalProperties" in node
+                or node.get("x-kubernetes-preserve-unknown-fields")
+                or path == ".metadata"
+            ), path
 
 
 def test_preserve_unknown_fields_only_where_free_form():
     s = _schema()
     free = sorted(p for p, n in crdgen._walk(s) if n.get("x-kubernetes-preserve-unknown-fields"))
-    assert free == sorted([
-        ".spec.workload.scenario", ".spec.resources.tolerations[]", ".spec.resources.podTemplate",
-        ".spec.searchSpace.knobs.*[]", ".status.trials[].config", ".status.best.config",
-    ])
+    assert free == sorted(
+        [
+            ".spec.workload.scenario",
+            ".spec.resources.tolerations[]",
+            ".spec.resources.podTemplate",
+            ".spec.searchSpace.knobs.*[]",
+            ".status.trials[].config",
+            ".status.best.config",
+        ]
+    )
 
 
 def test_crd_names_and_columns():
@@ -74,32 +84,104 @@ def test_example_specs_validate():
 
 def _big_status(n: int) -> RLTuningJobStatus:
     now = "2025-01-01T00:00:00Z"
-    summary = {f"phase.{p}": 123.456789 for p in ("generation", "generation_tail", "tool", "old_logprob",
-                                                 "ref_logprob", "training", "weight_sync", "waiting",
-                                                 "rollout_idle")}
-    summary |= {k: 1234.5678 for k in ("stepSeconds", "stepStd", "steps", "reward", "rewardStd", "staleness",
-                                       "logprobMismatch", "kvUsage", "preemptions", "generatedTokens",
-                                       "trainedTokens", "gpuSecondsPerStep")}
-    config = {"rollout.tp": 2, "rollout.gpuMemoryUtilization": 0.85, "rollout.maxNumSeqs": 1024,
-              "rollout.maxNumBatchedTokens": 32768, "rollout.cudaGraphs": True, "trainer.tp": 2,
-              "trainer.microBatchTokens": 32768, "async.staleness": 1, "placement": "disaggregated",
-              "trainerGpus": 8}
-    trials = [TrialStatus(id=f"t{i}", kind="search", config=config, gpus=64, steps=100, predicted_seconds=321.5,
-                          predicted_std=12.25, measured_seconds=301.125, objective=301.125, state="Rejected",
-                          reason="gate logprobMismatch: 0.0712 > limit 0.05 (mean over 99 scored steps)",
-                          gates={"staleness": True, "logprobMismatch": False, "reward": True, "steps": True},
-                          summary=summary, created_at=now, started_at=now, finished_at=now)
-              for i in range(1, n + 1)]
-    conds = [Condition(type=t, status="True", reason="Reason", message="m" * 200, last_transition_time=now,
-                       observed_generation=3) for t in ("SpecValid", "Progressing", "Complete", "Failed")]
+    summary = {
+        f"phase.{p}": 123.456789
+        for p in (
+            "generation",
+            "generation_tail",
+            "tool",
+            "old_logprob",
+            "ref_logprob",
+            "training",
+            "weight_sync",
+            "waiting",
+            "rollout_idle",
+        )
+    }
+    summary |= {
+        k: 1234.5678
+        for k in (
+            "stepSeconds",
+            "stepStd",
+            "steps",
+            "reward",
+            "rewardStd",
+            "staleness",
+            "logprobMismatch",
+            "kvUsage",
+            "preemptions",
+            "generatedTokens",
+            "trainedTokens",
+            "gpuSecondsPerStep",
+        )
+    }
+    config = {
+        "rollout.tp": 2,
+        "rollout.gpuMemoryUtilization": 0.85,
+        "rollout.maxNumSeqs": 1024,
+        "rollout.maxNumBatchedTokens": 32768,
+        "rollout.cudaGraphs": True,
+        "trainer.tp": 2,
+        "trainer.microBatchTokens": 32768,
+        "async.staleness": 1,
+        "placement": "disaggregated",
+        "trainerGpus": 8,
+    }
+    trials = [
+        TrialStatus(
+            id=f"t{i}",
+            kind="search",
+            config=config,
+            gpus=64,
+            steps=100,
+            predicted_seconds=321.5,
+            predicted_std=12.25,
+            measured_seconds=301.125,
+            objective=301.125,
+            state="Rejected",
+            reason="gate logprobMismatch: 0.0712 > limit 0.05 (mean over 99 scored steps)",
+            gates={"staleness": True, "logprobMismatch": False, "reward": True, "steps": True},
+            summary=summary,
+            created_at=now,
+            started_at=now,
+            finished_at=now,
+        )
+        for i in range(1, n + 1)
+    ]
+    conds = [
+        Condition(
+            type=t, status="True", reason="Reason", message="m" * 200, last_transition_time=now, observed_generation=3
+        )
+        for t in ("SpecValid", "Progressing", "Complete", "Failed")
+    ]
     return RLTuningJobStatus(
-        observed_generation=3, phase="Succeeded", message="x" * 300, conditions=conds,
-        baseline=BaselineStatus(state="Succeeded", step_seconds=600.0, breakdown=dict.fromkeys(summary, 1.0),
-                                bottleneck="generation_tail", evidence=["e" * 150] * 16),
-        trials=trials, best=BestStatus(trial="t7", config=config, step_seconds=200.0, speedup=3.0, gpus=64,
-                                       gpu_seconds_per_step=12800.0, confirmed=True,
-                                       overrides=[f"actor_rollout_ref.rollout.knob_{i}=value" for i in range(20)]),
-        forecast_error=0.057, trials_done=f"{n}/{n}", speedup="3.00x", next_trial=n + 10)
+        observed_generation=3,
+        phase="Succeeded",
+        message="x" * 300,
+        conditions=conds,
+        baseline=BaselineStatus(
+            state="Succeeded",
+            step_seconds=600.0,
+            breakdown=dict.fromkeys(summary, 1.0),
+            bottleneck="generation_tail",
+            evidence=["e" * 150] * 16,
+        ),
+        trials=trials,
+        best=BestStatus(
+            trial="t7",
+            config=config,
+            step_seconds=200.0,
+            speedup=3.0,
+            gpus=64,
+            gpu_seconds_per_step=12800.0,
+            confirmed=True,
+            overrides=[f"actor_rollout_ref.rollout.knob_{i}=value" for i in range(20)],
+        ),
+        forecast_error=0.057,
+        trials_done=f"{n}/{n}",
+        speedup="3.00x",
+        next_trial=n + 10,
+    )
 
 
 def test_status_size_bound_at_max_trials():

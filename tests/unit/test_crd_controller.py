@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rltune.adapters.render import render_overrides
 from rltune.api.models import RLConfig, RLTuningJobSpec
 from rltune.controller import pods as P
 from rltune.controller import prom
-from rltune.tuner import records as tp
 from rltune.controller.reconcile import InvalidSpec, validate_spec
-from rltune.adapters.render import render_overrides
+from rltune.tuner import records as tp
 from rltune.tuner.summary import TrialSummary
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "twin-demo.yaml"
@@ -36,8 +36,12 @@ def test_pod_manifests_multi_node():
     env = {e["name"]: e["value"] for e in c["env"]}
     assert env["RLTUNE_RANK"] == "1" and env["WORLD_SIZE"] == "2" and env["MASTER_ADDR"].startswith("twin-demo-t1-0.")
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "8"
-    terms = pods[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms[0]["matchExpressions"][0]["values"] == ["NVIDIA-B300-SXM6-AC"]  # every known B300 string (test_pods.py)
+    terms = pods[0]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms[0]["matchExpressions"][0]["values"] == [
+        "NVIDIA-B300-SXM6-AC"
+    ]  # every known B300 string (test_pods.py)
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pods[0]["spec"]["tolerations"]
     assert pods[0]["spec"]["restartPolicy"] == "Never"
     long = P.pod_name("a" * 80, "t123", 0)
@@ -53,8 +57,15 @@ def test_config_diff_round_trip():
 
 
 def test_summary_round_trip():
-    s = TrialSummary(steps=3, total_steps=4, step_time_mean=10.0, step_time_std=1.0,
-                     phases={"generation": 8.0}, rewards=[0.1, 0.2, 0.3], nan=False)
+    s = TrialSummary(
+        steps=3,
+        total_steps=4,
+        step_time_mean=10.0,
+        step_time_std=1.0,
+        phases={"generation": 8.0},
+        rewards=[0.1, 0.2, 0.3],
+        nan=False,
+    )
     assert tp.unflatten_summary(tp.flatten_summary(s, keep_rewards=True)) == s
 
 

@@ -3,12 +3,11 @@
 import dataclasses
 
 import pytest
+from test_tuner_fixtures import job, steps
 
 from rltune.api.models import RLConfig
 from rltune.tuner import Forecaster, summarize
 from rltune.tuner.physics import longest_response, task_facts
-
-from test_tuner_fixtures import job, steps
 
 PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
@@ -54,8 +53,12 @@ def test_phases_move_the_right_way():
 def test_memory_fit_predicts_oom():
     spec = job(workload={"framework": "twin", "model": {"preset": "deepseek-flash"}, "task": {"kind": "math"}})
     fc = Forecaster(spec)
-    huge = RLConfig.model_validate({"trainer": {"tp": 1, "ep": 1, "recompute": "none", "microBatchTokens": 131072},
-                                    "rollout": {"tp": 1, "gpuMemoryUtilization": 0.5}})
+    huge = RLConfig.model_validate(
+        {
+            "trainer": {"tp": 1, "ep": 1, "recompute": "none", "microBatchTokens": 131072},
+            "rollout": {"tp": 1, "gpuMemoryUtilization": 0.5},
+        }
+    )
     p = fc.predict(huge)
     assert not p.feasible and "out of memory" in p.reason
 
@@ -99,8 +102,9 @@ def test_a_trial_with_a_straggling_step_teaches_less_than_a_steady_one():
     # the same mean generation, but one of the five steady steps ran at a slow node's pace
     spiky = steps(dict(PH, generation=gen), noise=0.0)
     for i, f in zip(range(1, 6), (0.85, 0.85, 0.85, 0.85, 1.6)):
-        spiky[i] = dataclasses.replace(spiky[i], duration=spiky[i].duration * f,
-                                       phases={k: v * f for k, v in spiky[i].phases.items()})
+        spiky[i] = dataclasses.replace(
+            spiky[i], duration=spiky[i].duration * f, phases={k: v * f for k, v in spiky[i].phases.items()}
+        )
     assert summarize(spiky).step_time_mean == pytest.approx(summarize(steady).step_time_mean, rel=0.02)
     learned = {}
     for name, st in (("steady", steady), ("spiky", spiky)):
@@ -116,9 +120,20 @@ def test_selective_recompute_costs_more_on_long_agentic_episodes():
     spec = job()
     mf = physics.facts(spec.workload.model.resolved())
     short = task_facts(spec.workload.task)
-    long = task_facts(job(workload={"framework": "twin", "model": {"preset": "seed-35b-a3b"},
-                                    "task": {"kind": "agentic-coding", "maxResponseTokens": 65536,
-                                             "meanResponseTokens": 20000, "turns": 30}}).workload.task)
+    long = task_facts(
+        job(
+            workload={
+                "framework": "twin",
+                "model": {"preset": "seed-35b-a3b"},
+                "task": {
+                    "kind": "agentic-coding",
+                    "maxResponseTokens": 65536,
+                    "meanResponseTokens": 20000,
+                    "turns": 30,
+                },
+            }
+        ).workload.task
+    )
 
     def cost(tf, rec):
         return physics.trainer_part(mf, tf, "B300", 16, 2, 1, 1, 8, 16384, rec, False).training
@@ -132,9 +147,13 @@ def test_selective_recompute_costs_more_on_long_agentic_episodes():
 def test_a_measured_configuration_widens_the_memory_model():
     # physics says this trainer layout does not fit; a trial proved it does: similar ones become feasible
     spec = job(workload={"framework": "twin", "model": {"preset": "deepseek-flash"}, "task": {"kind": "math"}})
-    tight = RLConfig.model_validate({"gpus": 32, "trainer": {"tp": 2, "ep": 4, "recompute": "none",
-                                                             "microBatchTokens": 32768},
-                                     "rollout": {"tp": 4, "gpuMemoryUtilization": 0.5}})
+    tight = RLConfig.model_validate(
+        {
+            "gpus": 32,
+            "trainer": {"tp": 2, "ep": 4, "recompute": "none", "microBatchTokens": 32768},
+            "rollout": {"tp": 4, "gpuMemoryUtilization": 0.5},
+        }
+    )
     fc0 = Forecaster(spec)
     p0 = fc0.predict(tight)
     assert not p0.feasible and "out of memory (trainer)" in p0.reason
@@ -187,9 +206,9 @@ def test_live_length_is_the_length_biased_mean():
 
     tf = task_facts(job().workload.task)
     rng = np.random.default_rng(0)
-    s2 = np.log(1 + tf.cv ** 2)
+    s2 = np.log(1 + tf.cv**2)
     L = np.minimum(np.exp(np.log(tf.mean_len) - s2 / 2 + np.sqrt(s2) * rng.standard_normal(400_000)), tf.max_len)
-    assert live_length(tf) == pytest.approx((L ** 2).mean() / (2 * L.mean()), rel=0.02)
+    assert live_length(tf) == pytest.approx((L**2).mean() / (2 * L.mean()), rel=0.02)
 
 
 def test_measured_generated_tokens_replace_the_declared_mean():

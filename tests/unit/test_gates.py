@@ -1,14 +1,11 @@
 """Quality gates: reward collapse, log-prob mismatch, staleness, NaN; the Welch test itself."""
 
-import math
-
 import pytest
-
-from rltune.tuner import Tuner, baseline_record, summarize
-from rltune.api.status import TrialState
-from rltune.tuner.gates import evaluate, passed, t_cdf, welch_one_sided
-
 from test_tuner_fixtures import job, steps
+
+from rltune.api.status import TrialState
+from rltune.tuner import Tuner, baseline_record, summarize
+from rltune.tuner.gates import passed, t_cdf, welch_one_sided
 
 PH = {"generation": 300.0, "generation_tail": 150.0, "old_logprob": 40.0, "training": 120.0, "weight_sync": 5.0}
 
@@ -20,9 +17,17 @@ def _setup():
     tuner = Tuner(spec, base, [])
     from rltune.tuner.core import Proposal
 
-    rec = tuner.record_for("t1", Proposal(config=spec.baseline.with_knobs({"rollout.tp": 4}), gpus=32,
-                                          predicted=400.0, std=20.0, predicted_objective=400.0,
-                                          bottleneck="rollout-throughput"))
+    rec = tuner.record_for(
+        "t1",
+        Proposal(
+            config=spec.baseline.with_knobs({"rollout.tp": 4}),
+            gpus=32,
+            predicted=400.0,
+            std=20.0,
+            predicted_objective=400.0,
+            bottleneck="rollout-throughput",
+        ),
+    )
     return spec, tuner, rec
 
 

@@ -27,17 +27,27 @@ WARMUP = 2
 
 
 def _spec(staleness: int, steps: int) -> TrialSpec:
-    return TrialSpec.model_validate({
-        "mode": "real", "job": "grpo-test", "trial": f"s{staleness}",
-        "model": {"preset": "tiny-qwen2"},
-        "task": {"promptsPerStep": 32, "samplesPerPrompt": 8, "maxPromptTokens": 16, "maxResponseTokens": 16},
-        "gpuType": "CPU", "gpusPerNode": 1,
-        # maxNumSeqs 16: 256 samples in 16 waves, so generation and training take about as long
-        # and overlapping them (staleness 1) has something to win even on a busy 2-core machine.
-        "config": {"async": {"staleness": staleness}, "rollout": {"maxNumSeqs": 16},
-                   "cpu": {"rolloutThreads": 1, "trainerThreads": 1}},
-        "steps": steps, "warmupSteps": WARMUP, "seed": 0,
-    })
+    return TrialSpec.model_validate(
+        {
+            "mode": "real",
+            "job": "grpo-test",
+            "trial": f"s{staleness}",
+            "model": {"preset": "tiny-qwen2"},
+            "task": {"promptsPerStep": 32, "samplesPerPrompt": 8, "maxPromptTokens": 16, "maxResponseTokens": 16},
+            "gpuType": "CPU",
+            "gpusPerNode": 1,
+            # maxNumSeqs 16: 256 samples in 16 waves, so generation and training take about as long
+            # and overlapping them (staleness 1) has something to win even on a busy 2-core machine.
+            "config": {
+                "async": {"staleness": staleness},
+                "rollout": {"maxNumSeqs": 16},
+                "cpu": {"rolloutThreads": 1, "trainerThreads": 1},
+            },
+            "steps": steps,
+            "warmupSteps": WARMUP,
+            "seed": 0,
+        }
+    )
 
 
 def _run(spec: TrialSpec) -> tuple[list[StepRecord], dict]:
@@ -69,7 +79,7 @@ def _steady(recs: list[StepRecord]) -> list[float]:
 
 
 def test_records_follow_the_metrics_contract(runs):
-    for name, (recs, info) in runs.items():
+    for name, (recs, _info) in runs.items():
         steps = 12 if name == "s0" else 8
         assert [r.step for r in recs] == list(range(steps))
         assert [r.warmup for r in recs] == [i < WARMUP for i in range(steps)]

@@ -65,10 +65,16 @@ def test_qwen2_config_from_preset_and_rejects_moe():
 
     cfg = qwen2_config(ModelSpec(preset="tiny-qwen2").resolved(), 15)
     assert cfg["architectures"] == ["Qwen2ForCausalLM"]
-    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_key_value_heads"], cfg["vocab_size"]) == (2, 128, 2, 64)
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_key_value_heads"], cfg["vocab_size"]) == (
+        2,
+        128,
+        2,
+        64,
+    )
     with pytest.raises(ValueError, match="dense"):
-        qwen2_config(ModelSpec(layers=2, hidden=64, heads=2, vocab=64, experts=4, activeExperts=2,
-                               expertFfn=32).resolved(), 15)
+        qwen2_config(
+            ModelSpec(layers=2, hidden=64, heads=2, vocab=64, experts=4, activeExperts=2, expertFfn=32).resolved(), 15
+        )
     with pytest.raises(ValueError, match="vocabulary"):
         qwen2_config(ModelSpec(layers=2, hidden=64, heads=2, vocab=8).resolved(), 15)
 

@@ -3,19 +3,18 @@ metrics store, and the pure `lifecycle.step` takes the job from Pending to its e
 
 from __future__ import annotations
 
+from test_tuner_fixtures import job, steps
+
 from rltune.api.status import FailureCause, Phase, RLTuningJobStatus, TrialState
 from rltune.tuner import lifecycle as L
 from rltune.tuner import records as R
-
-from test_tuner_fixtures import job, steps
 
 
 def truth(cfg) -> dict:
     """A made-up cluster: rollout likes more KV memory and TP 4, the tail shrinks with partial rollout."""
     g = 420.0 * (0.6 / cfg.rollout.gpu_memory_utilization) ** 0.5 * (1.0 if cfg.rollout.tp == 4 else 1.2)
     tail = 250.0 * (0.4 if cfg.async_.partial_rollout else 1.0)
-    return {"generation": g + tail, "generation_tail": tail, "old_logprob": 55.0, "training": 160.0,
-            "weight_sync": 6.0}
+    return {"generation": g + tail, "generation_tail": tail, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
 
 def drive(spec, outcome=None, ticks: int = 200, start: float = 1_000_000.0):
@@ -66,13 +65,18 @@ def test_step_is_pure():
 
 
 def test_out_of_memory_is_a_cause_not_a_message_to_parse():
-    spec = job(budget={"maxTrials": 3, "parallelTrials": 1, "stepsPerTrial": 4, "maxFailedTrials": 3,
-                       "confirmSteps": 0})
+    spec = job(
+        budget={"maxTrials": 3, "parallelTrials": 1, "stepsPerTrial": 4, "maxFailedTrials": 3, "confirmSteps": 0}
+    )
 
     def oom_search(t, cfg):
         if t.kind == "search":
-            return L.Observation(placed=True, failure="OOMKilled: exit code 137", exit_code=137,
-                                 exported_reason="CUDA out of memory in the trainer")
+            return L.Observation(
+                placed=True,
+                failure="OOMKilled: exit code 137",
+                exit_code=137,
+                exported_reason="CUDA out of memory in the trainer",
+            )
         return ok(t, cfg)
 
     status, _ = drive(spec, oom_search)

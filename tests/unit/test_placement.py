@@ -29,8 +29,18 @@ def make_spec(**resources) -> RLTuningJobSpec:
 
 
 def trial_pod_spec(spec: RLTuningJobSpec, settings: OperatorSettings | None = None, gpus: int = 8) -> dict:
-    pods, _ = P.trial_manifests("ns", "job", None, spec, "t1", spec.baseline.with_knobs({"gpus": gpus}), 4, 1, None,
-                                settings=settings or OperatorSettings())
+    pods, _ = P.trial_manifests(
+        "ns",
+        "job",
+        None,
+        spec,
+        "t1",
+        spec.baseline.with_knobs({"gpus": gpus}),
+        4,
+        1,
+        None,
+        settings=settings or OperatorSettings(),
+    )
     return pods[0]["spec"]
 
 
@@ -44,9 +54,15 @@ def test_fixture_records_a_source_for_every_type_and_value():
     for name, entry in doc["types"].items():
         assert entry["source"].startswith("https://"), name
         labels = set(entry["labels"])
-        assert labels == {"nvidia.com/gpu.product", "nvidia.com/gpu.memory", "nvidia.com/gpu.family",
-                          "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor",
-                          "nvidia.com/gpu.machine", "nvidia.com/gpu.present"}, name
+        assert labels == {
+            "nvidia.com/gpu.product",
+            "nvidia.com/gpu.memory",
+            "nvidia.com/gpu.family",
+            "nvidia.com/gpu.compute.major",
+            "nvidia.com/gpu.compute.minor",
+            "nvidia.com/gpu.machine",
+            "nvidia.com/gpu.present",
+        }, name
         # every label is either recorded in the source or has a stated derivation
         assert labels <= set(entry.get("recorded") or []) | set(entry.get("derived") or {}), name
         # the product the bed's nodes carry is one rltune selects on
@@ -122,19 +138,39 @@ def test_transient_node_state_does_not_make_a_pool_wrong():
 
 def test_affinity_operators_and_requests():
     n = node("H100")
+
     def fits(*exprs):
-        return why_not(n, {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
-            "nodeSelectorTerms": [{"matchExpressions": list(exprs)}]}}},
-            "tolerations": [{"operator": "Exists"}]}) is None
+        return (
+            why_not(
+                n,
+                {
+                    "affinity": {
+                        "nodeAffinity": {
+                            "requiredDuringSchedulingIgnoredDuringExecution": {
+                                "nodeSelectorTerms": [{"matchExpressions": list(exprs)}]
+                            }
+                        }
+                    },
+                    "tolerations": [{"operator": "Exists"}],
+                },
+            )
+            is None
+        )
+
     assert fits({"key": "nvidia.com/gpu.compute.major", "operator": "Gt", "values": ["8"]})
     assert not fits({"key": "nvidia.com/gpu.compute.major", "operator": "Lt", "values": ["9"]})
     assert fits({"key": "nvidia.com/gpu.family", "operator": "NotIn", "values": ["blackwell"]})
     assert fits({"key": "nvidia.com/gpu.present", "operator": "Exists"})
     assert not fits({"key": "nvidia.com/mig.capable", "operator": "Exists"})
-    assert pod_requests({"containers": [{"resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"cpu": "500m"}}},
-                                        {"resources": {"requests": {"cpu": "1"}}}],
-                         "initContainers": [{"resources": {"requests": {"cpu": "4"}}}]}) == \
-        {"nvidia.com/gpu": 2.0, "cpu": 4.0}
+    assert pod_requests(
+        {
+            "containers": [
+                {"resources": {"limits": {"nvidia.com/gpu": "2"}, "requests": {"cpu": "500m"}}},
+                {"resources": {"requests": {"cpu": "1"}}},
+            ],
+            "initContainers": [{"resources": {"requests": {"cpu": "4"}}}],
+        }
+    ) == {"nvidia.com/gpu": 2.0, "cpu": 4.0}
     assert quantity("8Gi") == 8 * 2**30 and quantity("250m") == 0.25 and quantity("1e3") == 1000
 
 

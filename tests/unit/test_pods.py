@@ -32,8 +32,9 @@ def make_spec(**resources) -> RLTuningJobSpec:
 
 def build(spec: RLTuningJobSpec, settings: OperatorSettings | None = None, gpus: int = 8) -> list[dict]:
     cfg = spec.baseline.with_knobs({"gpus": gpus})
-    pods, _ = P.trial_manifests("ns", "job", {"uid": "u"}, spec, "t1", cfg, 4, 1, "http://pgw",
-                                settings=settings or OperatorSettings())
+    pods, _ = P.trial_manifests(
+        "ns", "job", {"uid": "u"}, spec, "t1", cfg, 4, 1, "http://pgw", settings=settings or OperatorSettings()
+    )
     return pods
 
 
@@ -114,8 +115,10 @@ def test_burstable_by_default_gpu_limits_still_equal_requests():
 
 
 def test_default_settings_used_when_none_passed(monkeypatch):
-    custom = OperatorSettings(trial_defaults=TrialDefaults(cpu="3", memory="5Gi"),
-                              gpu_pool=GpuPoolSettings(node_selector={"pool": "from-current"}))
+    custom = OperatorSettings(
+        trial_defaults=TrialDefaults(cpu="3", memory="5Gi"),
+        gpu_pool=GpuPoolSettings(node_selector={"pool": "from-current"}),
+    )
     monkeypatch.setattr(settings_mod, "_current", custom)
     spec = make_spec()
     pods, _ = P.trial_manifests("ns", "job", None, spec, "t1", spec.baseline.with_knobs({"gpus": 8}), 4, 1, None)
@@ -148,8 +151,10 @@ def test_trial_uid_matches_the_trial_image():
 
 
 def test_volume_mount_on_trial_merges_into_the_one_trial_container():
-    tmpl = {"volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}}],
-            "containers": [{"name": "trial", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]}
+    tmpl = {
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}}],
+        "containers": [{"name": "trial", "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+    }
     (pod,) = build(make_spec(podTemplate=tmpl))
     assert [c["name"] for c in pod["spec"]["containers"]] == ["trial"]
     c = trial_container(pod)
@@ -161,8 +166,14 @@ def test_volume_mount_on_trial_merges_into_the_one_trial_container():
 
 
 def test_env_merges_by_name_template_value_wins():
-    tmpl = {"containers": [{"name": "trial", "env": [{"name": "MASTER_PORT", "value": "12345"},
-                                                      {"name": "HF_HOME", "value": "/cache"}]}]}
+    tmpl = {
+        "containers": [
+            {
+                "name": "trial",
+                "env": [{"name": "MASTER_PORT", "value": "12345"}, {"name": "HF_HOME", "value": "/cache"}],
+            }
+        ]
+    }
     (pod,) = build(make_spec(podTemplate=tmpl))
     env = trial_container(pod)["env"]
     assert [e["value"] for e in env if e["name"] == "MASTER_PORT"] == ["12345"]  # overridden, not duplicated
@@ -171,9 +182,14 @@ def test_env_merges_by_name_template_value_wins():
 
 
 def test_sidecar_is_added_and_lists_without_merge_key_are_replaced():
-    tmpl = {"containers": [{"name": "sidecar", "image": "busybox"},
-                           {"name": "trial", "args": ["--x"], "ports": [{"containerPort": 9400, "name": "metrics"}]}],
-            "tolerations": [{"operator": "Exists"}], "priorityClassName": "rl-low"}
+    tmpl = {
+        "containers": [
+            {"name": "sidecar", "image": "busybox"},
+            {"name": "trial", "args": ["--x"], "ports": [{"containerPort": 9400, "name": "metrics"}]},
+        ],
+        "tolerations": [{"operator": "Exists"}],
+        "priorityClassName": "rl-low",
+    }
     (pod,) = build(make_spec(podTemplate=tmpl))
     assert [c["name"] for c in pod["spec"]["containers"]] == ["trial", "sidecar"]
     c = trial_container(pod)
@@ -183,17 +199,30 @@ def test_sidecar_is_added_and_lists_without_merge_key_are_replaced():
 
 
 def test_merge_keys_retain_keys_null_and_delete_directive():
-    base = {"containers": [{"name": "trial", "ports": [{"containerPort": 80, "protocol": "TCP"}],
-                            "volumeMounts": [{"name": "a", "mountPath": "/a", "readOnly": True}],
-                            "resources": {"requests": {"cpu": "2"}}}],
-            "volumes": [{"name": "a", "emptyDir": {}}, {"name": "gone", "emptyDir": {}}],
-            "nodeSelector": {"x": "1", "y": "2"}}
-    patch = {"containers": [{"name": "trial", "ports": [{"containerPort": 80, "name": "http"}],
-                             "volumeMounts": [{"mountPath": "/a", "name": "a", "readOnly": False}],
-                             "resources": {"requests": {"memory": "1Gi"}}}],
-             "volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "c"}},
-                         {"name": "gone", "$patch": "delete"}],
-             "nodeSelector": {"y": None}}
+    base = {
+        "containers": [
+            {
+                "name": "trial",
+                "ports": [{"containerPort": 80, "protocol": "TCP"}],
+                "volumeMounts": [{"name": "a", "mountPath": "/a", "readOnly": True}],
+                "resources": {"requests": {"cpu": "2"}},
+            }
+        ],
+        "volumes": [{"name": "a", "emptyDir": {}}, {"name": "gone", "emptyDir": {}}],
+        "nodeSelector": {"x": "1", "y": "2"},
+    }
+    patch = {
+        "containers": [
+            {
+                "name": "trial",
+                "ports": [{"containerPort": 80, "name": "http"}],
+                "volumeMounts": [{"mountPath": "/a", "name": "a", "readOnly": False}],
+                "resources": {"requests": {"memory": "1Gi"}},
+            }
+        ],
+        "volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "c"}}, {"name": "gone", "$patch": "delete"}],
+        "nodeSelector": {"y": None},
+    }
     out = P.merge_pod_spec(base, patch)
     c = out["containers"][0]
     assert c["ports"] == [{"containerPort": 80, "protocol": "TCP", "name": "http"}]

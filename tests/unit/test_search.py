@@ -1,12 +1,12 @@
 """Search: validity, de-duplication, the GPU budget, staleness limit, frozen knobs, TaskSpec untouched."""
 
-from rltune.api.status import FailureCause, TrialState
+from test_tuner_fixtures import job, steps
+
 from rltune.api.models import TaskSpec
+from rltune.api.status import FailureCause, TrialState
 from rltune.tuner import Tuner, baseline_record, summarize
 from rltune.tuner.knobs import CATALOG
 from rltune.tuner.search import Space
-
-from test_tuner_fixtures import job, steps
 
 PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
@@ -37,8 +37,13 @@ def test_failed_configuration_is_never_proposed_twice():
     base = _base(spec)
     t = Tuner(spec, base, [])
     p = t.propose(1, 32)[0]
-    failed = t.record_for("t1", p).model_copy(update={"state": TrialState.FAILED, "reason": "CUDA out of memory: trainer",
-                                                        "cause": FailureCause.OUT_OF_MEMORY})
+    failed = t.record_for("t1", p).model_copy(
+        update={
+            "state": TrialState.FAILED,
+            "reason": "CUDA out of memory: trainer",
+            "cause": FailureCause.OUT_OF_MEMORY,
+        }
+    )
     t2 = Tuner(spec, base, [failed])
     keys = {x.config.key() for x in t2.propose(8, 32)}
     assert p.config.key() not in keys

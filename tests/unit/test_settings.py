@@ -19,9 +19,11 @@ def test_defaults_without_a_file():
 
 def test_file_then_env_overrides(tmp_path):
     f = tmp_path / "config.yaml"
-    f.write_text("prometheus:\n  url: https://prom.example:9090/\n  caFile: /etc/ca.crt\n"
-                 "namespaces: [team-a, team-b]\ngpuPool:\n  nodeSelector: {pool: b300}\n"
-                 "podSecurity: {allowHostPath: true}\n")
+    f.write_text(
+        "prometheus:\n  url: https://prom.example:9090/\n  caFile: /etc/ca.crt\n"
+        "namespaces: [team-a, team-b]\ngpuPool:\n  nodeSelector: {pool: b300}\n"
+        "podSecurity: {allowHostPath: true}\n"
+    )
     s = S.load(str(f), environ={})
     assert s.prometheus.url == "https://prom.example:9090" and s.prometheus.ca_file == "/etc/ca.crt"
     assert s.namespaces == ["team-a", "team-b"] and s.gpu_pool.node_selector == {"pool": "b300"}
@@ -30,13 +32,16 @@ def test_file_then_env_overrides(tmp_path):
     assert s.prometheus.url == "http://other:9090" and s.prometheus.ca_file == "/etc/ca.crt"
 
 
-@pytest.mark.parametrize("text,names", [
-    ("prometheus: {url: prom:9090}\n", "prometheus.url"),
-    ("pushgatewayUrl: pgw:9091\n", "pushgatewayUrl"),
-    ("podSecurity: {allowHostpath: true}\n", "allowHostpath"),
-    ("workers: 0\n", "workers"),
-    ("- a\n- b\n", "not a YAML mapping"),
-])
+@pytest.mark.parametrize(
+    "text,names",
+    [
+        ("prometheus: {url: prom:9090}\n", "prometheus.url"),
+        ("pushgatewayUrl: pgw:9091\n", "pushgatewayUrl"),
+        ("podSecurity: {allowHostpath: true}\n", "allowHostpath"),
+        ("workers: 0\n", "workers"),
+        ("- a\n- b\n", "not a YAML mapping"),
+    ],
+)
 def test_bad_settings_name_the_value(tmp_path, text, names):
     f = tmp_path / "config.yaml"
     f.write_text(text)
@@ -54,8 +59,11 @@ def test_prometheus_token_goes_only_to_the_operators_own_prometheus(tmp_path):
     tok.write_text("s3cret\n")
     old = S._current
     try:
-        S.install(S.OperatorSettings.model_validate(
-            {"prometheus": {"url": "https://prom.example:9090", "bearerTokenFile": str(tok), "caFile": "/ca.crt"}}))
+        S.install(
+            S.OperatorSettings.model_validate(
+                {"prometheus": {"url": "https://prom.example:9090", "bearerTokenFile": str(tok), "caFile": "/ca.crt"}}
+            )
+        )
         opts = prom._auth("https://prom.example:9090")
         assert opts["headers"]["Authorization"] == "Bearer s3cret" and opts["verify"] == "/ca.crt"
         # a job that names its own Prometheus never receives the operator's token

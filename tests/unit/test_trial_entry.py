@@ -9,7 +9,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,11 +31,16 @@ def _free_port() -> int:
 
 def _spec(**over):
     d = {
-        "mode": "twin", "namespace": "ns1", "job": "job1", "trial": "t3",
+        "mode": "twin",
+        "namespace": "ns1",
+        "job": "job1",
+        "trial": "t3",
         "model": {"preset": "qwen2.5-7b"},
         "task": {"promptsPerStep": 64, "samplesPerPrompt": 8, "maxResponseTokens": 8192},
         "config": {"gpus": 16, "rollout": {"tp": 1, "gpuMemoryUtilization": 0.6}, "trainer": {"tp": 2}},
-        "steps": 4, "warmupSteps": 1, "seed": 7,
+        "steps": 4,
+        "warmupSteps": 1,
+        "seed": 7,
     }
     d.update(over)
     return d
@@ -53,10 +57,21 @@ def _scrape(port):
 
 def test_twin_trial_serves_metrics_over_http():
     port = _free_port()
-    env = _env(RLTUNE_TRIAL_SPEC=json.dumps(_spec()), RLTUNE_METRICS_PORT=str(port),
-               RLTUNE_TWIN_SECONDS_PER_STEP="0.3", RLTUNE_LINGER_SECONDS="30", RLTUNE_METRICS_BIND="127.0.0.1")
-    proc = subprocess.Popen([sys.executable, "-m", "rltune.trial"], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    env = _env(
+        RLTUNE_TRIAL_SPEC=json.dumps(_spec()),
+        RLTUNE_METRICS_PORT=str(port),
+        RLTUNE_TWIN_SECONDS_PER_STEP="0.3",
+        RLTUNE_LINGER_SECONDS="30",
+        RLTUNE_METRICS_BIND="127.0.0.1",
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rltune.trial"],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.time() + 60
         samples = []
@@ -86,7 +101,9 @@ def test_twin_trial_serves_metrics_over_http():
         assert warm == {0: 1.0, 1: 0.0, 2: 0.0, 3: 0.0}
         phases = {s.labels["phase"] for s in by["rltune_step_phase_seconds"]}
         assert {"generation", "generation_tail", "training", "weight_sync", "old_logprob"} <= phases
-        gen = {int(s.labels["step"]): s.value for s in by["rltune_step_phase_seconds"] if s.labels["phase"] == "generation"}
+        gen = {
+            int(s.labels["step"]): s.value for s in by["rltune_step_phase_seconds"] if s.labels["phase"] == "generation"
+        }
         for s in durs:
             assert gen[int(s.labels["step"])] < s.value
         assert by["rltune_trial_steps_total"][0].value == 4
@@ -99,13 +116,20 @@ def test_twin_trial_serves_metrics_over_http():
 
 
 def test_oom_config_exits_137_with_one_line(tmp_path):
-    spec = _spec(config={"gpus": 8, "rollout": {"tp": 1}, "trainer": {"tp": 1, "recompute": "none",
-                                                                      "microBatchTokens": 262144}},
-                 gpuType="H100")
+    spec = _spec(
+        config={"gpus": 8, "rollout": {"tp": 1}, "trainer": {"tp": 1, "recompute": "none", "microBatchTokens": 262144}},
+        gpuType="H100",
+    )
     f = tmp_path / "spec.json"
     f.write_text(json.dumps(spec))
-    r = subprocess.run([sys.executable, "-m", "rltune.trial", "--spec", str(f)], env=_env(), cwd=ROOT,
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "rltune.trial", "--spec", str(f)],
+        env=_env(),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 137
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -114,16 +138,23 @@ def test_oom_config_exits_137_with_one_line(tmp_path):
 
 
 def test_invalid_spec_exits_1(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "rltune.trial"], env=_env(RLTUNE_TRIAL_SPEC='{"mode": "twin"}'),
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "rltune.trial"],
+        env=_env(RLTUNE_TRIAL_SPEC='{"mode": "twin"}'),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 1
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("rltune-trial: ")
 
 
 def test_success_exit_0_and_pushgateway_failure_is_not_fatal(tmp_path):
     env = _env(RLTUNE_TRIAL_SPEC=json.dumps(_spec(steps=2)), RLTUNE_PUSHGATEWAY_URL="http://127.0.0.1:9")
-    r = subprocess.run([sys.executable, "-m", "rltune.trial"], env=env, cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "rltune.trial"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
     assert r.returncode == 0, r.stderr
     assert r.stderr == ""
     assert "push to http://127.0.0.1:9 failed" in r.stdout

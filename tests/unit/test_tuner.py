@@ -3,10 +3,10 @@
 import json
 import math
 
-from rltune.api.status import FailureCause, TrialState
-from rltune.tuner import Tuner, TrialRecord, baseline_record, profile, summarize
-
 from test_tuner_fixtures import job, steps
+
+from rltune.api.status import FailureCause, TrialState
+from rltune.tuner import TrialRecord, Tuner, baseline_record, profile, summarize
 
 PH = {"generation": 420.0, "generation_tail": 300.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
@@ -52,8 +52,7 @@ def _truth(cfg):
     # a made-up cluster: rollout likes more KV and TP 4, the tail shrinks with partial rollout
     g = 420.0 * (0.6 / cfg.rollout.gpu_memory_utilization) ** 0.5 * (1.0 if cfg.rollout.tp == 4 else 1.2)
     tail = 250.0 * (0.4 if cfg.async_.partial_rollout else 1.0)
-    return {"generation": g + tail, "generation_tail": tail, "old_logprob": 55.0, "training": 160.0,
-            "weight_sync": 6.0}
+    return {"generation": g + tail, "generation_tail": tail, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
 
 def test_reconstruction_from_json_gives_the_same_proposals():
@@ -88,8 +87,9 @@ def test_forecast_error_counts_only_forecast_and_scored_trials():
     base, hist = _loop(spec, _truth, n=3)
     t = Tuner(spec, base, hist)
     p = t.propose(1, 32)[0]
-    failed = t.record_for("x1", p).model_copy(update={"state": TrialState.FAILED, "reason": "OOMKilled",
-                                                         "cause": FailureCause.OUT_OF_MEMORY})
+    failed = t.record_for("x1", p).model_copy(
+        update={"state": TrialState.FAILED, "reason": "OOMKilled", "cause": FailureCause.OUT_OF_MEMORY}
+    )
     pending = t.record_for("x2", p)  # forecast, not yet measured
     assert failed.predicted and pending.predicted
     t2 = Tuner(spec, base, hist + [failed, pending])
@@ -109,9 +109,12 @@ def test_done_after_too_many_failures():
     spec = job(budget={"maxTrials": 8, "parallelTrials": 1, "stepsPerTrial": 4, "maxFailedTrials": 2})
     base = baseline_record(spec, summarize(steps(_truth(spec.baseline))))
     t = Tuner(spec, base, [])
-    fails = [t.record_for(f"t{i}", p).model_copy(update={"state": TrialState.FAILED, "reason": "boom",
-                                                                 "cause": FailureCause.CRASHED})
-             for i, p in enumerate(t.propose(2, 64))]
+    fails = [
+        t.record_for(f"t{i}", p).model_copy(
+            update={"state": TrialState.FAILED, "reason": "boom", "cause": FailureCause.CRASHED}
+        )
+        for i, p in enumerate(t.propose(2, 64))
+    ]
     done, why = Tuner(spec, base, fails).done()
     assert done and "failed" in why
 

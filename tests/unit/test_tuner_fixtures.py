@@ -21,18 +21,44 @@ def job(**over) -> RLTuningJobSpec:
     return RLTuningJobSpec.model_validate(d)
 
 
-def steps(phases: dict, n: int = 6, warmup: int = 1, reward: float = 0.5, reward_sd: float = 0.01,
-          mismatch: float = 0.01, staleness: float = 0.0, noise: float = 0.01, seed: int = 0,
-          duration: float | None = None) -> list[StepRecord]:
+def steps(
+    phases: dict,
+    n: int = 6,
+    warmup: int = 1,
+    reward: float = 0.5,
+    reward_sd: float = 0.01,
+    mismatch: float = 0.01,
+    staleness: float = 0.0,
+    noise: float = 0.01,
+    seed: int = 0,
+    duration: float | None = None,
+) -> list[StepRecord]:
     rng = random.Random(seed)
     out = []
     for i in range(n):
         f = math.exp(rng.gauss(0, noise))
         ph = {k: v * f for k, v in phases.items()}
-        d = (duration if duration is not None else
-             ph.get("generation", 0) + ph.get("old_logprob", 0) + ph.get("ref_logprob", 0)
-             + ph.get("training", 0) + ph.get("weight_sync", 0)) * (f if duration is not None else 1.0)
-        out.append(StepRecord(step=i, duration=d, phases=ph, generated_tokens=1e6, trained_tokens=1.2e6,
-                              staleness=staleness, reward=reward + rng.gauss(0, reward_sd),
-                              logprob_mismatch=mismatch, kv_usage=0.5, warmup=i < warmup))
+        d = (
+            duration
+            if duration is not None
+            else ph.get("generation", 0)
+            + ph.get("old_logprob", 0)
+            + ph.get("ref_logprob", 0)
+            + ph.get("training", 0)
+            + ph.get("weight_sync", 0)
+        ) * (f if duration is not None else 1.0)
+        out.append(
+            StepRecord(
+                step=i,
+                duration=d,
+                phases=ph,
+                generated_tokens=1e6,
+                trained_tokens=1.2e6,
+                staleness=staleness,
+                reward=reward + rng.gauss(0, reward_sd),
+                logprob_mismatch=mismatch,
+                kv_usage=0.5,
+                warmup=i < warmup,
+            )
+        )
     return out

@@ -13,7 +13,7 @@ except ImportError:  # running without an installed package or conftest path set
 
 from rltune.api.metrics import PHASES
 from rltune.api.models import ModelSpec, RLConfig, TaskSpec, TrialSpec
-from rltune.twin import Infeasible, TWIN_VERSION, simulate_step_breakdown, simulate_step_time, simulate_trial
+from rltune.twin import TWIN_VERSION, Infeasible, simulate_step_breakdown, simulate_step_time, simulate_trial
 
 M7 = ModelSpec(preset="qwen2.5-7b").resolved()
 SMALL = TaskSpec(promptsPerStep=128, samplesPerPrompt=16, maxResponseTokens=8192)
@@ -24,9 +24,15 @@ def cfg(**kw) -> RLConfig:
 
 
 def spec(**kw) -> TrialSpec:
-    d = dict(model=ModelSpec(preset="qwen2.5-7b"), task=SMALL, gpu_type="B300",
-             config=cfg(gpus=16, rollout=dict(tp=1, gpuMemoryUtilization=0.6), trainer=dict(tp=2)),
-             steps=4, warmup_steps=1, seed=3)
+    d = dict(
+        model=ModelSpec(preset="qwen2.5-7b"),
+        task=SMALL,
+        gpu_type="B300",
+        config=cfg(gpus=16, rollout=dict(tp=1, gpuMemoryUtilization=0.6), trainer=dict(tp=2)),
+        steps=4,
+        warmup_steps=1,
+        seed=3,
+    )
     d.update(kw)
     return TrialSpec(**d)
 
@@ -81,8 +87,9 @@ def test_trainer_oom_raises_infeasible_naming_memory():
 def test_rollout_weights_that_do_not_fit_raise():
     big = ModelSpec(preset="qwen3-235b-a22b").resolved()
     with pytest.raises(Infeasible) as e:
-        simulate_step_time(big, SMALL, "H100", 8, cfg(gpus=8, rollout=dict(tp=1, gpuMemoryUtilization=0.9),
-                                                     trainer=dict(tp=8)))
+        simulate_step_time(
+            big, SMALL, "H100", 8, cfg(gpus=8, rollout=dict(tp=1, gpuMemoryUtilization=0.9), trainer=dict(tp=8))
+        )
     assert "weights do not fit" in str(e.value)
 
 
@@ -109,8 +116,13 @@ def test_max_num_seqs_causes_preemptions_when_kv_is_tight():
 
 
 def test_staleness_one_disaggregated_is_faster_than_zero():
-    d = dict(gpus=16, placement="disaggregated", trainerGpus=8, rollout=dict(tp=1, gpuMemoryUtilization=0.85),
-             trainer=dict(tp=2))
+    d = dict(
+        gpus=16,
+        placement="disaggregated",
+        trainerGpus=8,
+        rollout=dict(tp=1, gpuMemoryUtilization=0.85),
+        trainer=dict(tp=2),
+    )
     s0 = simulate_step_breakdown(M7, SMALL, "B300", 8, cfg(**d))
     s1 = simulate_step_breakdown(M7, SMALL, "B300", 8, cfg(**d, **{"async": dict(staleness=1)}))
     assert s1["duration"] < 0.85 * s0["duration"]
@@ -122,8 +134,13 @@ def test_staleness_one_disaggregated_is_faster_than_zero():
 
 
 def test_partial_rollout_cuts_the_tail_in_async_mode():
-    d = dict(gpus=16, placement="disaggregated", trainerGpus=4, rollout=dict(tp=1, gpuMemoryUtilization=0.85),
-             trainer=dict(tp=2))
+    d = dict(
+        gpus=16,
+        placement="disaggregated",
+        trainerGpus=4,
+        rollout=dict(tp=1, gpuMemoryUtilization=0.85),
+        trainer=dict(tp=2),
+    )
     a = simulate_step_breakdown(M7, SMALL, "B300", 8, cfg(**d, **{"async": dict(staleness=1)}))
     b = simulate_step_breakdown(M7, SMALL, "B300", 8, cfg(**d, **{"async": dict(staleness=1, partialRollout=True)}))
     assert b["phases"]["generation"] < a["phases"]["generation"]
@@ -151,8 +168,16 @@ def test_fp8_and_cuda_graphs_and_staleness_quality_signals():
 
 def test_agentic_coding_step_has_tool_time_and_respects_sandboxes():
     m = ModelSpec(preset="seed-35b-a3b").resolved()
-    task = TaskSpec(kind="agentic-coding", promptsPerStep=16, samplesPerPrompt=4, maxPromptTokens=4096,
-                    maxResponseTokens=32768, turns=8, toolLatencySeconds=10, sandboxes=64)
+    task = TaskSpec(
+        kind="agentic-coding",
+        promptsPerStep=16,
+        samplesPerPrompt=4,
+        maxPromptTokens=4096,
+        maxResponseTokens=32768,
+        turns=8,
+        toolLatencySeconds=10,
+        sandboxes=64,
+    )
     c = cfg(gpus=8, rollout=dict(tp=2, gpuMemoryUtilization=0.6), trainer=dict(tp=1, ep=8, recompute="full"))
     b = simulate_step_breakdown(m, task, "B300", 8, c)
     assert b["duration"] > 80  # at least a few turns of 10 s tool latency

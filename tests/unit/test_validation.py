@@ -86,19 +86,38 @@ def test_valid_variants_have_no_problems():
     base = demo()
     for raw in (
         with_(base, workload__model={"preset": "qwen3-30b-a3b", "kvHeads": 32}),  # kvHeads == heads (MHA)
-        with_(base, workload__model={"layers": 4, "hidden": 256, "heads": 4, "vocab": 100, "denseLayers": 4},
-              baseline__trainer__ep=1),  # a dense model may say all layers are dense
+        with_(
+            base,
+            workload__model={"layers": 4, "hidden": 256, "heads": 4, "vocab": 100, "denseLayers": 4},
+            baseline__trainer__ep=1,
+        ),  # a dense model may say all layers are dense
         with_(base, workload__task__meanResponseTokens=16384),  # mean == max
-        with_(base, metrics={"prometheusUrl": "https://prom.example.com/api/prom", "pushgatewayUrl": "http://pgw:9091"}),
+        with_(
+            base, metrics={"prometheusUrl": "https://prom.example.com/api/prom", "pushgatewayUrl": "http://pgw:9091"}
+        ),
         with_(base, baseline__rollout__gpuMemoryUtilization=0.98),
         with_(base, resources__nodeSelector={"cloud.google.com/gke-nodepool": "gpu-pool", "pool": ""}),
-        with_(base, resources__tolerations=[{"operator": "Exists"},
-                                            {"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute",
-                                             "tolerationSeconds": 30}]),
+        with_(
+            base,
+            resources__tolerations=[
+                {"operator": "Exists"},
+                {"key": "k", "operator": "Equal", "value": "v", "effect": "NoExecute", "tolerationSeconds": 30},
+            ],
+        ),
         with_(base, workload__env=[{"name": "my.var-1", "value": "x=y"}]),
-        with_(base, searchSpace={"knobs": {"gpus": [8, 16], "rollout.gpuMemoryUtilization": [0.5, 0.9],
-                                           "rollout.maxNumSeqs": [256, 512], "trainer.ep": [1, 8],
-                                           "placement": ["colocated", "disaggregated"], "trainerGpus": [8]}}),
+        with_(
+            base,
+            searchSpace={
+                "knobs": {
+                    "gpus": [8, 16],
+                    "rollout.gpuMemoryUtilization": [0.5, 0.9],
+                    "rollout.maxNumSeqs": [256, 512],
+                    "trainer.ep": [1, 8],
+                    "placement": ["colocated", "disaggregated"],
+                    "trainerGpus": [8],
+                }
+            },
+        ),
     ):
         spec = validate_spec(raw)
         assert check_spec(spec) == [], raw
@@ -114,15 +133,25 @@ def test_every_crd_refusal_is_mirrored_by_the_operator(path):
     assert expect in refused(yaml.safe_load(path.read_text())["spec"])
 
 
-@pytest.mark.parametrize("model, field, fix", [
-    ({"preset": "qwen3-30b-a3b", "kvHeads": 64}, "spec.workload.model.kvHeads", "fix kvHeads or heads"),
-    ({"layers": 8, "hidden": 1024, "heads": 32, "kvHeads": 6, "vocab": 10}, "spec.workload.model.kvHeads", "divide"),
-    ({"preset": "glm-4.5-air", "denseLayers": 46}, "spec.workload.model.denseLayers", "lower denseLayers"),
-    ({"preset": "qwen3-30b-a3b", "activeExperts": 160}, "spec.workload.model.activeExperts", "lower activeExperts"),
-    ({"preset": "qwen3-30b-a3b", "experts": 0}, "spec.workload.model.activeExperts", "0 for a dense model"),
-    ({"layers": 8, "hidden": 1024, "heads": 16, "vocab": 10, "experts": 8}, "spec.workload.model.expertFfn",
-     "set experts to 0"),
-])
+@pytest.mark.parametrize(
+    "model, field, fix",
+    [
+        ({"preset": "qwen3-30b-a3b", "kvHeads": 64}, "spec.workload.model.kvHeads", "fix kvHeads or heads"),
+        (
+            {"layers": 8, "hidden": 1024, "heads": 32, "kvHeads": 6, "vocab": 10},
+            "spec.workload.model.kvHeads",
+            "divide",
+        ),
+        ({"preset": "glm-4.5-air", "denseLayers": 46}, "spec.workload.model.denseLayers", "lower denseLayers"),
+        ({"preset": "qwen3-30b-a3b", "activeExperts": 160}, "spec.workload.model.activeExperts", "lower activeExperts"),
+        ({"preset": "qwen3-30b-a3b", "experts": 0}, "spec.workload.model.activeExperts", "0 for a dense model"),
+        (
+            {"layers": 8, "hidden": 1024, "heads": 16, "vocab": 10, "experts": 8},
+            "spec.workload.model.expertFfn",
+            "set experts to 0",
+        ),
+    ],
+)
 def test_impossible_models_refused(model, field, fix):
     msg = refused(with_(demo(), workload__model=model))
     assert field in msg and fix in msg, msg
@@ -146,36 +175,61 @@ def test_memory_fraction_as_percent_refused(value):
     assert "spec.baseline.rollout.gpuMemoryUtilization" in msg and "a fraction of GPU memory, e.g. 0.8" in msg
 
 
-@pytest.mark.parametrize("paths, field, words", [
-    ({"workload__image": "r/" + "x" * 1100}, "spec.workload.image", "at most 1024"),
-    ({"workload__image": ""}, "spec.workload.image", "at least 1"),
-    ({"workload__args": ["a" * 9000]}, "spec.workload.args", "at most 8192"),
-    ({"workload__command": ["x"] * 65}, "spec.workload.command", "at most 64"),
-    ({"workload__env": [{"name": "FOO=BAR", "value": "1"}]}, "spec.workload.env[0].name", "other than '='"),
-    ({"workload__env": [{"name": "A", "value": "v"}] * 129}, "spec.workload.env", "at most 128"),
-    ({"resources__nodeSelector": {"gpu pool!": "a"}}, "spec.resources.nodeSelector", "is not a label key"),
-    ({"resources__nodeSelector": {"a." * 130 + "a/b": "a"}}, "spec.resources.nodeSelector", "is not a label key"),
-    ({"resources__nodeSelector": {"pool": "a b"}}, "spec.resources.nodeSelector['pool']", "not a label value"),
-    ({"resources__nodeSelector": {"pool": "a" * 64}}, "spec.resources.nodeSelector", "at most 63"),
-    ({"resources__tolerations": [{"key": "k", "operator": "Sometimes"}]},
-     "spec.resources.tolerations[0].operator", "use Exists or Equal"),
-    ({"resources__tolerations": [{"key": "k", "effect": "Never"}]}, "spec.resources.tolerations[0].effect",
-     "NoSchedule"),
-    ({"resources__tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]},
-     "spec.resources.tolerations[0].value", "empty when operator is Exists"),
-    ({"resources__tolerations": [{"operator": "Equal", "value": "v"}]}, "spec.resources.tolerations[0].operator",
-     "needs operator Exists"),
-    ({"resources__tolerations": [{"key": "k", "tolerationSeconds": 5}]},
-     "spec.resources.tolerations[0].tolerationSeconds", "NoExecute"),
-    ({"resources__tolerations": [{"key": "k", "operater": "Exists"}]}, "spec.resources.tolerations[0]",
-     "unknown field"),
-    ({"metrics__names": {"step_duration": "x"}}, "spec.metrics.names", "step_duration_seconds"),
-    ({"searchSpace__minGpus": 32, "searchSpace__allowFewerGpus": True}, "spec.searchSpace.minGpus", "lower minGpus"),
-    ({"searchSpace__knobs": {"gpus": [8, 32]}}, "spec.searchSpace.knobs.gpus", "[32] must be at most"),
-    ({"searchSpace__knobs": {"trainerGpus": [8, 16]}}, "spec.searchSpace.knobs.trainerGpus", "fewer than"),
-    ({"searchSpace__knobs": {"rollout.maxNumSeqs": list(range(1, 66))}}, "spec.searchSpace.knobs", "at most 64"),
-    ({"workload__scenario": {f"k{i}": 1 for i in range(129)}}, "spec.workload.scenario", "at most 128"),
-])
+@pytest.mark.parametrize(
+    "paths, field, words",
+    [
+        ({"workload__image": "r/" + "x" * 1100}, "spec.workload.image", "at most 1024"),
+        ({"workload__image": ""}, "spec.workload.image", "at least 1"),
+        ({"workload__args": ["a" * 9000]}, "spec.workload.args", "at most 8192"),
+        ({"workload__command": ["x"] * 65}, "spec.workload.command", "at most 64"),
+        ({"workload__env": [{"name": "FOO=BAR", "value": "1"}]}, "spec.workload.env[0].name", "other than '='"),
+        ({"workload__env": [{"name": "A", "value": "v"}] * 129}, "spec.workload.env", "at most 128"),
+        ({"resources__nodeSelector": {"gpu pool!": "a"}}, "spec.resources.nodeSelector", "is not a label key"),
+        ({"resources__nodeSelector": {"a." * 130 + "a/b": "a"}}, "spec.resources.nodeSelector", "is not a label key"),
+        ({"resources__nodeSelector": {"pool": "a b"}}, "spec.resources.nodeSelector['pool']", "not a label value"),
+        ({"resources__nodeSelector": {"pool": "a" * 64}}, "spec.resources.nodeSelector", "at most 63"),
+        (
+            {"resources__tolerations": [{"key": "k", "operator": "Sometimes"}]},
+            "spec.resources.tolerations[0].operator",
+            "use Exists or Equal",
+        ),
+        (
+            {"resources__tolerations": [{"key": "k", "effect": "Never"}]},
+            "spec.resources.tolerations[0].effect",
+            "NoSchedule",
+        ),
+        (
+            {"resources__tolerations": [{"key": "k", "operator": "Exists", "value": "v"}]},
+            "spec.resources.tolerations[0].value",
+            "empty when operator is Exists",
+        ),
+        (
+            {"resources__tolerations": [{"operator": "Equal", "value": "v"}]},
+            "spec.resources.tolerations[0].operator",
+            "needs operator Exists",
+        ),
+        (
+            {"resources__tolerations": [{"key": "k", "tolerationSeconds": 5}]},
+            "spec.resources.tolerations[0].tolerationSeconds",
+            "NoExecute",
+        ),
+        (
+            {"resources__tolerations": [{"key": "k", "operater": "Exists"}]},
+            "spec.resources.tolerations[0]",
+            "unknown field",
+        ),
+        ({"metrics__names": {"step_duration": "x"}}, "spec.metrics.names", "step_duration_seconds"),
+        (
+            {"searchSpace__minGpus": 32, "searchSpace__allowFewerGpus": True},
+            "spec.searchSpace.minGpus",
+            "lower minGpus",
+        ),
+        ({"searchSpace__knobs": {"gpus": [8, 32]}}, "spec.searchSpace.knobs.gpus", "[32] must be at most"),
+        ({"searchSpace__knobs": {"trainerGpus": [8, 16]}}, "spec.searchSpace.knobs.trainerGpus", "fewer than"),
+        ({"searchSpace__knobs": {"rollout.maxNumSeqs": list(range(1, 66))}}, "spec.searchSpace.knobs", "at most 64"),
+        ({"workload__scenario": {f"k{i}": 1 for i in range(129)}}, "spec.workload.scenario", "at most 128"),
+    ],
+)
 def test_schema_bounds_mirrored(paths, field, words):
     msg = refused(with_(demo(), **paths))
     assert field in msg and words in msg, msg
@@ -192,13 +246,22 @@ def test_every_spec_string_list_and_map_is_bounded():
 
 
 def test_cel_rules_name_their_field():
-    rules = [r for _, node in crdgen._walk(crdgen.spec_schema(), "spec")
-             for r in node.get("x-kubernetes-validations", [])]
+    rules = [
+        r for _, node in crdgen._walk(crdgen.spec_schema(), "spec") for r in node.get("x-kubernetes-validations", [])
+    ]
     text = " ".join(r["message"] for r in rules)
-    for field in ("spec.workload.model.kvHeads", "spec.workload.model.denseLayers", "spec.workload.model.activeExperts",
-                  "spec.workload.task.meanResponseTokens", "spec.metrics.prometheusUrl", "spec.metrics.pushgatewayUrl",
-                  "spec.baseline.rollout.gpuMemoryUtilization", "spec.resources.nodeSelector", "spec.metrics.names",
-                  "spec.resources.tolerations[].value"):
+    for field in (
+        "spec.workload.model.kvHeads",
+        "spec.workload.model.denseLayers",
+        "spec.workload.model.activeExperts",
+        "spec.workload.task.meanResponseTokens",
+        "spec.metrics.prometheusUrl",
+        "spec.metrics.pushgatewayUrl",
+        "spec.baseline.rollout.gpuMemoryUtilization",
+        "spec.resources.nodeSelector",
+        "spec.metrics.names",
+        "spec.resources.tolerations[].value",
+    ):
         assert field in text, field
     assert "e.g. 0.8" in text
 
@@ -213,38 +276,67 @@ def test_problem_is_a_frozen_value():
         p.field = "x"  # type: ignore[misc]
 
 
-@pytest.mark.parametrize("paths, field, words", [
-    # rollout TP wider than a node (gpusPerNode 8)
-    ({"baseline__rollout__tp": 16}, "spec.baseline.rollout.tp", "wider than a node"),
-    # rollout TP not dividing the attention heads (glm-flash: 20 heads)
-    ({"workload__model": {"preset": "glm-flash"}, "baseline__rollout__tp": 8, "baseline__trainer__ep": 4},
-     "spec.baseline.rollout.tp", "does not divide 20 heads"),
-    # rollout TP not dividing the rollout GPUs (12 GPUs, TP 8)
-    ({"baseline__gpus": 12, "baseline__rollout__tp": 8, "baseline__trainer__ep": 4},
-     "spec.baseline.rollout.tp", "does not divide 12 rollout GPUs"),
-    # vLLM expert parallel on a dense model
-    ({"workload__model": {"preset": "qwen3-32b"}, "baseline__trainer__ep": 1, "baseline__rollout__expertParallel": True},
-     "spec.baseline.rollout.expertParallel", "set rollout.expertParallel to false"),
-    # trainer TP wider than a node
-    ({"baseline__trainer__tp": 16}, "spec.baseline.trainer.tp", "wider than a node"),
-    # trainer TP not dividing the heads
-    ({"workload__model": {"preset": "glm-flash"}, "baseline__trainer__tp": 8, "baseline__trainer__ep": 4},
-     "spec.baseline.trainer.tp", "divides 20"),
-    # pipeline deeper than layers/4 (48 layers)
-    ({"baseline__trainer__pp": 16, "baseline__trainer__tp": 1}, "spec.baseline.trainer.pp", "at least 4 layers"),
-    # tp*pp*cp not dividing the trainer GPUs
-    ({"baseline__trainer__pp": 3}, "spec.baseline.trainer", "tp*pp*cp=6 does not divide 16"),
-    # EP not dividing the experts (100 experts)
-    ({"workload__model": {"preset": "qwen3-30b-a3b", "experts": 100}}, "spec.baseline.trainer.ep",
-     "EP 8 does not divide 100 experts"),
-    # EP not dividing the GPUs of a pipeline stage (16 GPUs / pp 2 = 8)
-    ({"baseline__trainer__ep": 16, "baseline__trainer__pp": 2}, "spec.baseline.trainer.ep", "does not divide 8 GPUs"),
-    # EP on a dense model
-    ({"workload__model": {"preset": "qwen3-32b"}}, "spec.baseline.trainer.ep", "set trainer.ep to 1, not 8"),
-    # a disaggregated split leaving fewer rollout GPUs than one replica
-    ({"baseline__placement": "disaggregated", "baseline__trainerGpus": 12, "baseline__rollout__tp": 8},
-     "spec.baseline.rollout.tp", "leaves 4 rollout GPUs"),
-])
+@pytest.mark.parametrize(
+    "paths, field, words",
+    [
+        # rollout TP wider than a node (gpusPerNode 8)
+        ({"baseline__rollout__tp": 16}, "spec.baseline.rollout.tp", "wider than a node"),
+        # rollout TP not dividing the attention heads (glm-flash: 20 heads)
+        (
+            {"workload__model": {"preset": "glm-flash"}, "baseline__rollout__tp": 8, "baseline__trainer__ep": 4},
+            "spec.baseline.rollout.tp",
+            "does not divide 20 heads",
+        ),
+        # rollout TP not dividing the rollout GPUs (12 GPUs, TP 8)
+        (
+            {"baseline__gpus": 12, "baseline__rollout__tp": 8, "baseline__trainer__ep": 4},
+            "spec.baseline.rollout.tp",
+            "does not divide 12 rollout GPUs",
+        ),
+        # vLLM expert parallel on a dense model
+        (
+            {
+                "workload__model": {"preset": "qwen3-32b"},
+                "baseline__trainer__ep": 1,
+                "baseline__rollout__expertParallel": True,
+            },
+            "spec.baseline.rollout.expertParallel",
+            "set rollout.expertParallel to false",
+        ),
+        # trainer TP wider than a node
+        ({"baseline__trainer__tp": 16}, "spec.baseline.trainer.tp", "wider than a node"),
+        # trainer TP not dividing the heads
+        (
+            {"workload__model": {"preset": "glm-flash"}, "baseline__trainer__tp": 8, "baseline__trainer__ep": 4},
+            "spec.baseline.trainer.tp",
+            "divides 20",
+        ),
+        # pipeline deeper than layers/4 (48 layers)
+        ({"baseline__trainer__pp": 16, "baseline__trainer__tp": 1}, "spec.baseline.trainer.pp", "at least 4 layers"),
+        # tp*pp*cp not dividing the trainer GPUs
+        ({"baseline__trainer__pp": 3}, "spec.baseline.trainer", "tp*pp*cp=6 does not divide 16"),
+        # EP not dividing the experts (100 experts)
+        (
+            {"workload__model": {"preset": "qwen3-30b-a3b", "experts": 100}},
+            "spec.baseline.trainer.ep",
+            "EP 8 does not divide 100 experts",
+        ),
+        # EP not dividing the GPUs of a pipeline stage (16 GPUs / pp 2 = 8)
+        (
+            {"baseline__trainer__ep": 16, "baseline__trainer__pp": 2},
+            "spec.baseline.trainer.ep",
+            "does not divide 8 GPUs",
+        ),
+        # EP on a dense model
+        ({"workload__model": {"preset": "qwen3-32b"}}, "spec.baseline.trainer.ep", "set trainer.ep to 1, not 8"),
+        # a disaggregated split leaving fewer rollout GPUs than one replica
+        (
+            {"baseline__placement": "disaggregated", "baseline__trainerGpus": 12, "baseline__rollout__tp": 8},
+            "spec.baseline.rollout.tp",
+            "leaves 4 rollout GPUs",
+        ),
+    ],
+)
 def test_baseline_layout(paths, field, words):
     p = one(with_(demo(), **paths))
     assert p.field == field and words in p.message, p
@@ -260,8 +352,9 @@ def test_layout_fix_offers_valid_values():
 
 
 def test_default_disaggregated_split_on_one_node_is_named():
-    raw = with_(demo(), resources__gpuBudget=8, baseline__gpus=8, baseline__placement="disaggregated",
-                baseline__trainer__ep=4)
+    raw = with_(
+        demo(), resources__gpuBudget=8, baseline__gpus=8, baseline__placement="disaggregated", baseline__trainer__ep=4
+    )
     p = one(raw)
     assert p.field == "spec.baseline.rollout.tp" and "leaves 0 rollout GPUs" in p.message
     assert "(the default split)" in p.message
@@ -278,22 +371,39 @@ def test_baseline_over_budget_stands_alone():
 # --------------------------------------------------------------------------- check_spec: search-space values
 
 
-@pytest.mark.parametrize("knobs, field, words", [
-    ({"rollout.tp": [1, "8"]}, "spec.searchSpace.knobs.rollout.tp[1]", "'8' is not an integer (write it without quotes)"),
-    ({"rollout.maxNumSeqs": [256, True]}, "spec.searchSpace.knobs.rollout.maxNumSeqs[1]", "is not an integer"),
-    ({"rollout.maxNumSeqs": [256, 512.5]}, "spec.searchSpace.knobs.rollout.maxNumSeqs[1]", "is not an integer"),
-    ({"rollout.cudaGraphs": [1]}, "spec.searchSpace.knobs.rollout.cudaGraphs[0]", "true or false"),
-    ({"rollout.gpuMemoryUtilization": ["0.8"]}, "spec.searchSpace.knobs.rollout.gpuMemoryUtilization[0]",
-     "is not a number"),
-    ({"rollout.gpuMemoryUtilization": [0.6, 80]}, "spec.searchSpace.knobs.rollout.gpuMemoryUtilization[1]",
-     "a fraction of GPU memory, e.g. 0.8"),
-    ({"rollout.maxNumSeqs": [0]}, "spec.searchSpace.knobs.rollout.maxNumSeqs[0]", "greater than or equal to 1"),
-    ({"trainer.recompute": ["sometimes"]}, "spec.searchSpace.knobs.trainer.recompute[0]", "'none', 'selective' or 'full'"),
-    ({"placement": [1]}, "spec.searchSpace.knobs.placement[0]", "'colocated' or 'disaggregated'"),
-    ({"cpu.rolloutThreads": [0]}, "spec.searchSpace.knobs.cpu.rolloutThreads[0]", "greater than or equal to 1"),
-    ({"async.staleness": [0, 1, 2]}, "spec.searchSpace.knobs.async.staleness[2]", "raise constraints.maxStaleness"),
-    ({"gpus": ["16"]}, "spec.searchSpace.knobs.gpus[0]", "is not an integer"),
-])
+@pytest.mark.parametrize(
+    "knobs, field, words",
+    [
+        (
+            {"rollout.tp": [1, "8"]},
+            "spec.searchSpace.knobs.rollout.tp[1]",
+            "'8' is not an integer (write it without quotes)",
+        ),
+        ({"rollout.maxNumSeqs": [256, True]}, "spec.searchSpace.knobs.rollout.maxNumSeqs[1]", "is not an integer"),
+        ({"rollout.maxNumSeqs": [256, 512.5]}, "spec.searchSpace.knobs.rollout.maxNumSeqs[1]", "is not an integer"),
+        ({"rollout.cudaGraphs": [1]}, "spec.searchSpace.knobs.rollout.cudaGraphs[0]", "true or false"),
+        (
+            {"rollout.gpuMemoryUtilization": ["0.8"]},
+            "spec.searchSpace.knobs.rollout.gpuMemoryUtilization[0]",
+            "is not a number",
+        ),
+        (
+            {"rollout.gpuMemoryUtilization": [0.6, 80]},
+            "spec.searchSpace.knobs.rollout.gpuMemoryUtilization[1]",
+            "a fraction of GPU memory, e.g. 0.8",
+        ),
+        ({"rollout.maxNumSeqs": [0]}, "spec.searchSpace.knobs.rollout.maxNumSeqs[0]", "greater than or equal to 1"),
+        (
+            {"trainer.recompute": ["sometimes"]},
+            "spec.searchSpace.knobs.trainer.recompute[0]",
+            "'none', 'selective' or 'full'",
+        ),
+        ({"placement": [1]}, "spec.searchSpace.knobs.placement[0]", "'colocated' or 'disaggregated'"),
+        ({"cpu.rolloutThreads": [0]}, "spec.searchSpace.knobs.cpu.rolloutThreads[0]", "greater than or equal to 1"),
+        ({"async.staleness": [0, 1, 2]}, "spec.searchSpace.knobs.async.staleness[2]", "raise constraints.maxStaleness"),
+        ({"gpus": ["16"]}, "spec.searchSpace.knobs.gpus[0]", "is not an integer"),
+    ],
+)
 def test_search_space_values(knobs, field, words):
     p = one(with_(demo(), searchSpace={"knobs": knobs}))
     assert p.field == field and words in p.message, p
@@ -306,11 +416,17 @@ def test_search_space_problems_name_every_bad_value():
 
 
 def test_moe_knobs_on_a_dense_model():
-    raw = with_(demo(), workload__model={"preset": "qwen3-32b"}, baseline__trainer__ep=1,
-                searchSpace={"knobs": {"trainer.ep": [1, 2], "rollout.expertParallel": [False, True]}})
+    raw = with_(
+        demo(),
+        workload__model={"preset": "qwen3-32b"},
+        baseline__trainer__ep=1,
+        searchSpace={"knobs": {"trainer.ep": [1, 2], "rollout.expertParallel": [False, True]}},
+    )
     ps = problems(raw)
-    assert [p.field for p in ps] == ["spec.searchSpace.knobs.trainer.ep[1]",
-                                     "spec.searchSpace.knobs.rollout.expertParallel[1]"]
+    assert [p.field for p in ps] == [
+        "spec.searchSpace.knobs.trainer.ep[1]",
+        "spec.searchSpace.knobs.rollout.expertParallel[1]",
+    ]
     assert "dense" in ps[0].message and "list only 1" in ps[0].message
 
 
@@ -323,8 +439,11 @@ def test_gpu_counts_over_budget_stand_alone():
     spec = RLTuningJobSpec.model_validate(demo())
     ss = spec.search_space.model_copy(update={"knobs": {"gpus": [32, 64], "trainerGpus": [16]}})
     ps = check_spec(spec.model_copy(update={"search_space": ss}))
-    assert [p.field for p in ps] == ["spec.searchSpace.knobs.gpus[0]", "spec.searchSpace.knobs.gpus[1]",
-                                     "spec.searchSpace.knobs.trainerGpus[0]"]
+    assert [p.field for p in ps] == [
+        "spec.searchSpace.knobs.gpus[0]",
+        "spec.searchSpace.knobs.gpus[1]",
+        "spec.searchSpace.knobs.trainerGpus[0]",
+    ]
     assert "raise the budget" in ps[0].message and "fewer than spec.resources.gpuBudget" in ps[2].message
 
 
@@ -350,8 +469,13 @@ def test_only_the_baseline_is_no_search():
     p = one(with_(demo(), searchSpace={"frozen": frozen}))
     assert p.field == "spec.searchSpace" and "besides the baseline" in p.message and "unfreeze" in p.message
     # one more value is a search
-    raw = with_(demo(), searchSpace={"frozen": [f for f in frozen if f != "rollout.maxNumSeqs"],
-                                     "knobs": {"rollout.maxNumSeqs": [256, 512]}})
+    raw = with_(
+        demo(),
+        searchSpace={
+            "frozen": [f for f in frozen if f != "rollout.maxNumSeqs"],
+            "knobs": {"rollout.maxNumSeqs": [256, 512]},
+        },
+    )
     assert problems(raw) == []
 
 
@@ -373,27 +497,34 @@ def test_disaggregated_only_without_a_split():
 
 def test_a_wide_space_of_non_layout_knobs_is_valid():
     """Validity is judged on the layout knobs; many values of the other knobs are no problem."""
-    wide = {"rollout.maxNumSeqs": list(range(1, 65)), "rollout.maxNumBatchedTokens": list(range(1024, 1024 + 64)),
-            "trainer.microBatchTokens": list(range(1024, 1024 + 64)), "rollout.gpuMemoryUtilization": [0.5, 0.6, 0.7]}
+    wide = {
+        "rollout.maxNumSeqs": list(range(1, 65)),
+        "rollout.maxNumBatchedTokens": list(range(1024, 1024 + 64)),
+        "trainer.microBatchTokens": list(range(1024, 1024 + 64)),
+        "rollout.gpuMemoryUtilization": [0.5, 0.6, 0.7],
+    }
     assert problems(with_(demo(), searchSpace={"knobs": wide})) == []
 
 
 # --------------------------------------------------------------------------- check_scenario
 
 
-@pytest.mark.parametrize("scenario, field, words", [
-    ({"mfu_scale": "fast"}, "spec.workload.scenario.mfu_scale", "must be a number, not 'fast' (write it without"),
-    ({"hbm": "0.8"}, "spec.workload.scenario.hbm", "without quotes"),
-    ({"hbn": 0.8}, "spec.workload.scenario.hbn", "did you mean hbm?"),
-    ({"zzz": 1}, "spec.workload.scenario.zzz", "mfu_scale"),
-    ({"mini_batches": 2.5}, "spec.workload.scenario.mini_batches", "must be an integer"),
-    ({"sandboxes": True}, "spec.workload.scenario.sandboxes", "must be an integer"),
-    ({"fsdp": 1}, "spec.workload.scenario.fsdp", "true or false"),
-    ({"hbm_efficiency": 92}, "spec.workload.scenario.hbm_efficiency", "a fraction, e.g. 0.8"),
-    ({"noise": -0.1}, "spec.workload.scenario.noise", "must be >= 0"),
-    ({"gpus": 0}, "spec.workload.scenario.gpus", "must be >= 1"),
-    ({"comm_efficiency": 0}, "spec.workload.scenario.comm_efficiency", "must be > 0"),
-])
+@pytest.mark.parametrize(
+    "scenario, field, words",
+    [
+        ({"mfu_scale": "fast"}, "spec.workload.scenario.mfu_scale", "must be a number, not 'fast' (write it without"),
+        ({"hbm": "0.8"}, "spec.workload.scenario.hbm", "without quotes"),
+        ({"hbn": 0.8}, "spec.workload.scenario.hbn", "did you mean hbm?"),
+        ({"zzz": 1}, "spec.workload.scenario.zzz", "mfu_scale"),
+        ({"mini_batches": 2.5}, "spec.workload.scenario.mini_batches", "must be an integer"),
+        ({"sandboxes": True}, "spec.workload.scenario.sandboxes", "must be an integer"),
+        ({"fsdp": 1}, "spec.workload.scenario.fsdp", "true or false"),
+        ({"hbm_efficiency": 92}, "spec.workload.scenario.hbm_efficiency", "a fraction, e.g. 0.8"),
+        ({"noise": -0.1}, "spec.workload.scenario.noise", "must be >= 0"),
+        ({"gpus": 0}, "spec.workload.scenario.gpus", "must be >= 1"),
+        ({"comm_efficiency": 0}, "spec.workload.scenario.comm_efficiency", "must be > 0"),
+    ],
+)
 def test_scenario_problems(scenario, field, words):
     (msg,) = check_scenario(scenario)
     assert msg.startswith(field + ":") and words in msg, msg
@@ -407,11 +538,29 @@ def test_scenario_not_a_map():
 
 def test_every_documented_scenario_key_is_accepted_and_used():
     """check_scenario's keys are the twin's: each valid value builds an Efficiency without error."""
-    good = {"hbm_efficiency": 0.8, "mfu_scale": 1.1, "comm_efficiency": 0.9, "train_mfu": 0.5, "noise": 0.0,
-            "straggler_prob": 0.0, "sched_overhead": 0.001, "mini_batches": 8, "tool_latency": 5.0, "turns": 10,
-            "sandboxes": 64, "prefix_caching": False, "length_cv": 0.8, "prompt_mean_tokens": 200,
-            "reference_policy": True, "rollout_logprobs": True, "fsdp": True, "train_fp8": True, "gpus": 16,
-            "reward_start": 0.1, "reward_gain": -0.05}
+    good = {
+        "hbm_efficiency": 0.8,
+        "mfu_scale": 1.1,
+        "comm_efficiency": 0.9,
+        "train_mfu": 0.5,
+        "noise": 0.0,
+        "straggler_prob": 0.0,
+        "sched_overhead": 0.001,
+        "mini_batches": 8,
+        "tool_latency": 5.0,
+        "turns": 10,
+        "sandboxes": 64,
+        "prefix_caching": False,
+        "length_cv": 0.8,
+        "prompt_mean_tokens": 200,
+        "reference_policy": True,
+        "rollout_logprobs": True,
+        "fsdp": True,
+        "train_fp8": True,
+        "gpus": 16,
+        "reward_start": 0.1,
+        "reward_gain": -0.05,
+    }
     assert check_scenario(good) == []
     eff = efficiency("B300", good)
     assert eff.extra["gpus"] == 16 and eff.mini_batches == 8

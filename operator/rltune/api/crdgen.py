@@ -38,8 +38,17 @@ SINGULAR = "rltuningjob"
 SHORT_NAMES = ["rltj"]
 CATEGORIES = ["rltune"]
 
-_DROP = {"title", "additionalProperties", "$defs", "default", "anyOf", "const", "$ref",
-         "exclusiveMinimum", "exclusiveMaximum"}
+_DROP = {
+    "title",
+    "additionalProperties",
+    "$defs",
+    "default",
+    "anyOf",
+    "const",
+    "$ref",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+}
 
 
 class SchemaError(ValueError):
@@ -103,8 +112,18 @@ def _convert(node: dict, defs: dict, path: str) -> dict:
     if "enum" in node:
         out["enum"] = list(node["enum"])
         out.setdefault("type", "string" if all(isinstance(e, str) for e in node["enum"]) else "integer")
-    for k in ("minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "minProperties",
-              "maxProperties", "pattern", "format"):
+    for k in (
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "minItems",
+        "maxItems",
+        "minProperties",
+        "maxProperties",
+        "pattern",
+        "format",
+    ):
         if k in node:
             out[k] = node[k]
     if "exclusiveMinimum" in node:
@@ -184,18 +203,30 @@ def _model_rules() -> list[dict]:
     layers, dense = _arch("layers", "1"), _arch("denseLayers", "0")
     experts, active, effn = _arch("experts", "0"), _arch("activeExperts", "0"), _arch("expertFfn", "0")
     return [
-        _rule(f"{kv} <= {heads} && {heads} % {kv} == 0",
-              "spec.workload.model.kvHeads must not exceed spec.workload.model.heads and must divide it "
-              "(each KV head serves heads/kvHeads query heads): fix kvHeads or heads", ".kvHeads"),
-        _rule(f"{dense} < {layers} || ({dense} == {layers} && {experts} == 0)",
-              "spec.workload.model.denseLayers must be fewer than spec.workload.model.layers "
-              "(an MoE model needs at least one MoE layer): lower denseLayers", ".denseLayers"),
-        _rule(f"{active} <= {experts}",
-              "spec.workload.model.activeExperts must not exceed spec.workload.model.experts: lower activeExperts "
-              "(top-k), or set it to 0 for a dense model", ".activeExperts"),
-        _rule(f"{experts} == 0 || ({active} >= 1 && {effn} >= 1)",
-              "an MoE model (spec.workload.model.experts > 0) needs spec.workload.model.activeExperts >= 1 and "
-              "spec.workload.model.expertFfn >= 1: give them, or set experts to 0 for a dense model", ".experts"),
+        _rule(
+            f"{kv} <= {heads} && {heads} % {kv} == 0",
+            "spec.workload.model.kvHeads must not exceed spec.workload.model.heads and must divide it "
+            "(each KV head serves heads/kvHeads query heads): fix kvHeads or heads",
+            ".kvHeads",
+        ),
+        _rule(
+            f"{dense} < {layers} || ({dense} == {layers} && {experts} == 0)",
+            "spec.workload.model.denseLayers must be fewer than spec.workload.model.layers "
+            "(an MoE model needs at least one MoE layer): lower denseLayers",
+            ".denseLayers",
+        ),
+        _rule(
+            f"{active} <= {experts}",
+            "spec.workload.model.activeExperts must not exceed spec.workload.model.experts: lower activeExperts "
+            "(top-k), or set it to 0 for a dense model",
+            ".activeExperts",
+        ),
+        _rule(
+            f"{experts} == 0 || ({active} >= 1 && {effn} >= 1)",
+            "an MoE model (spec.workload.model.experts > 0) needs spec.workload.model.activeExperts >= 1 and "
+            "spec.workload.model.expertFfn >= 1: give them, or set experts to 0 for a dense model",
+            ".experts",
+        ),
     ]
 
 
@@ -210,25 +241,44 @@ def _tolerations(node: dict) -> None:
     naming the field), so the API server refuses an operator or effect that no pod could carry."""
     item = node["items"]
     item["properties"] = {
-        "key": {"type": "string", "maxLength": M.LABEL_KEY_MAX,
-                "description": "Taint key the toleration matches; empty with operator Exists matches all."},
-        "operator": {"type": "string", "enum": list(M.TOLERATION_OPERATORS),
-                     "description": "Exists or Equal (default Equal)."},
-        "value": {"type": "string", "maxLength": M.LABEL_VALUE_MAX,
-                  "description": "Taint value (empty with operator Exists)."},
-        "effect": {"type": "string", "enum": list(M.TOLERATION_EFFECTS) + [""],
-                   "description": "Taint effect matched; empty matches all."},
+        "key": {
+            "type": "string",
+            "maxLength": M.LABEL_KEY_MAX,
+            "description": "Taint key the toleration matches; empty with operator Exists matches all.",
+        },
+        "operator": {
+            "type": "string",
+            "enum": list(M.TOLERATION_OPERATORS),
+            "description": "Exists or Equal (default Equal).",
+        },
+        "value": {
+            "type": "string",
+            "maxLength": M.LABEL_VALUE_MAX,
+            "description": "Taint value (empty with operator Exists).",
+        },
+        "effect": {
+            "type": "string",
+            "enum": list(M.TOLERATION_EFFECTS) + [""],
+            "description": "Taint effect matched; empty matches all.",
+        },
         "tolerationSeconds": {"type": "integer", "description": "NoExecute only: how long the pod stays bound."},
     }
     item["x-kubernetes-validations"] = [
-        _rule("!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
-              "spec.resources.tolerations[].value must be empty when operator is Exists", ".value"),
-        _rule("(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
-              "spec.resources.tolerations[]: an empty key needs operator Exists (it then tolerates every taint)",
-              ".operator"),
-        _rule("!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
-              "spec.resources.tolerations[].tolerationSeconds only applies to effect NoExecute",
-              ".tolerationSeconds"),
+        _rule(
+            "!has(self.operator) || self.operator != 'Exists' || !has(self.value) || self.value == ''",
+            "spec.resources.tolerations[].value must be empty when operator is Exists",
+            ".value",
+        ),
+        _rule(
+            "(has(self.key) && self.key != '') || (has(self.operator) && self.operator == 'Exists')",
+            "spec.resources.tolerations[]: an empty key needs operator Exists (it then tolerates every taint)",
+            ".operator",
+        ),
+        _rule(
+            "!has(self.tolerationSeconds) || (has(self.effect) && self.effect == 'NoExecute')",
+            "spec.resources.tolerations[].tolerationSeconds only applies to effect NoExecute",
+            ".tolerationSeconds",
+        ),
     ]
 
 
@@ -242,8 +292,12 @@ def unbounded(schema: dict, root: str) -> list[str]:
             out.append(path)
         elif t == "array" and "maxItems" not in node:
             out.append(path)
-        elif t == "object" and ("additionalProperties" in node or node.get("x-kubernetes-preserve-unknown-fields")) \
-                and "maxProperties" not in node and not node.get("properties"):
+        elif (
+            t == "object"
+            and ("additionalProperties" in node or node.get("x-kubernetes-preserve-unknown-fields"))
+            and "maxProperties" not in node
+            and not node.get("properties")
+        ):
             out.append(path)
     return out
 
@@ -256,19 +310,25 @@ def spec_schema() -> dict:
     _at(s, "workload.model.preset")["enum"] = sorted(PRESETS)
     model = _at(s, "workload.model")
     model["x-kubernetes-validations"] = [
-        _rule("has(self.preset) || (has(self.layers) && has(self.hidden) && has(self.heads) && has(self.vocab))",
-              "spec.workload.model needs a preset or the architecture fields layers, hidden, heads and vocab: add a preset "
-              "(e.g. qwen3-32b) or the missing fields"),
+        _rule(
+            "has(self.preset) || (has(self.layers) && has(self.hidden) && has(self.heads) && has(self.vocab))",
+            "spec.workload.model needs a preset or the architecture fields layers, hidden, heads and vocab: "
+            "add a preset "
+            "(e.g. qwen3-32b) or the missing fields",
+        ),
         _rule("self == oldSelf", "workload.model is immutable: create a new RLTuningJob to tune another model"),
         *_model_rules(),
     ]
     max_resp = M.TaskSpec().max_response_tokens
     _at(s, "workload.task")["x-kubernetes-validations"] = [
         _rule("self == oldSelf", "workload.task is immutable: the tuner never changes the experiment"),
-        _rule(f"!has(self.meanResponseTokens) || self.meanResponseTokens <= "
-              f"(has(self.maxResponseTokens) ? self.maxResponseTokens : {max_resp})",
-              "spec.workload.task.meanResponseTokens must not exceed spec.workload.task.maxResponseTokens: lower the "
-              "mean or raise the maximum", ".meanResponseTokens"),
+        _rule(
+            f"!has(self.meanResponseTokens) || self.meanResponseTokens <= "
+            f"(has(self.maxResponseTokens) ? self.maxResponseTokens : {max_resp})",
+            "spec.workload.task.meanResponseTokens must not exceed spec.workload.task.maxResponseTokens: lower the "
+            "mean or raise the maximum",
+            ".meanResponseTokens",
+        ),
     ]
     # A percent (80, or 1 for "all") gets the fix in words; the schema's own bound message prints an
     # integer value's bound as an integer ("less than or equal to 0").
@@ -277,29 +337,39 @@ def spec_schema() -> dict:
     ]
     for f in ("prometheusUrl", "pushgatewayUrl"):
         _at(s, f"metrics.{f}")["x-kubernetes-validations"] = [
-            _rule(f"self.matches({_cel_str(M.URL_PATTERN)})",
-                  f"spec.metrics.{f} must start with http:// or https:// and a host "
-                  "(e.g. http://prometheus.monitoring:9090)"),
+            _rule(
+                f"self.matches({_cel_str(M.URL_PATTERN)})",
+                f"spec.metrics.{f} must start with http:// or https:// and a host "
+                "(e.g. http://prometheus.monitoring:9090)",
+            ),
         ]
     _at(s, "metrics.names")["x-kubernetes-validations"] = [
-        _rule("self.all(k, k in [" + ", ".join(f"'{c}'" for c in M.METRIC_CONTRACTS) + "])",
-              "spec.metrics.names: keys are rltune's contract names: " + ", ".join(M.METRIC_CONTRACTS)),
+        _rule(
+            "self.all(k, k in [" + ", ".join(f"'{c}'" for c in M.METRIC_CONTRACTS) + "])",
+            "spec.metrics.names: keys are rltune's contract names: " + ", ".join(M.METRIC_CONTRACTS),
+        ),
     ]
     # Patterns as CEL rules rather than `pattern`: the API server then says what is wrong in words.
     _at(s, "resources.nodeSelector")["x-kubernetes-validations"] = [
-        _rule(f"self.all(k, k.size() <= {M.LABEL_KEY_MAX} && k.matches({_cel_str(M.LABEL_KEY_PATTERN)}) && "
-              f"(!k.contains('/') || k.indexOf('/') <= {M.LABEL_PREFIX_MAX}))",
-              "spec.resources.nodeSelector keys must be label keys: [a DNS-subdomain prefix of at most 253 characters "
-              "and '/'] then a name of at most 63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric "
-              "(e.g. cloud.google.com/gke-nodepool)"),
-        _rule(f"self.all(k, self[k].matches({_cel_str(M.LABEL_VALUE_PATTERN)}))",
-              "spec.resources.nodeSelector values must be label values: empty, or at most 63 alphanumerics, '-', '_' "
-              "or '.', beginning and ending alphanumeric"),
+        _rule(
+            f"self.all(k, k.size() <= {M.LABEL_KEY_MAX} && k.matches({_cel_str(M.LABEL_KEY_PATTERN)}) && "
+            f"(!k.contains('/') || k.indexOf('/') <= {M.LABEL_PREFIX_MAX}))",
+            "spec.resources.nodeSelector keys must be label keys: [a DNS-subdomain prefix of at most 253 characters "
+            "and '/'] then a name of at most 63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric "
+            "(e.g. cloud.google.com/gke-nodepool)",
+        ),
+        _rule(
+            f"self.all(k, self[k].matches({_cel_str(M.LABEL_VALUE_PATTERN)}))",
+            "spec.resources.nodeSelector values must be label values: empty, or at most 63 alphanumerics, '-', '_' "
+            "or '.', beginning and ending alphanumeric",
+        ),
     ]
     _at(s, "workload.env")["items"]["x-kubernetes-validations"] = [
-        _rule(f"self.name.matches({_cel_str(M.ENV_NAME_PATTERN)})",
-              "spec.workload.env[].name must be printable ASCII characters other than '=' (the value goes in value)",
-              ".name"),
+        _rule(
+            f"self.name.matches({_cel_str(M.ENV_NAME_PATTERN)})",
+            "spec.workload.env[].name must be printable ASCII characters other than '=' (the value goes in value)",
+            ".name",
+        ),
     ]
     _tolerations(_at(s, "resources.tolerations"))
     _at(s, "resources.gpuType")["x-kubernetes-validations"] = [
@@ -314,27 +384,40 @@ def spec_schema() -> dict:
     _at(s, "searchSpace.knobs")["maxProperties"] = len(knob_paths())
     d = RLTuningJobSpec.model_fields["budget"].default_factory()  # type: ignore[misc]
     _at(s, "budget")["x-kubernetes-validations"] = [
-        _rule(f"(has(self.warmupSteps) ? self.warmupSteps : {d.warmup_steps}) < "
-              f"(has(self.stepsPerTrial) ? self.stepsPerTrial : {d.steps_per_trial})",
-              "spec.budget.warmupSteps must be fewer than spec.budget.stepsPerTrial: lower warmupSteps or raise "
-              "stepsPerTrial", ".warmupSteps"),
-        _rule(f"(has(self.parallelTrials) ? self.parallelTrials : {d.parallel_trials}) <= "
-              f"(has(self.maxTrials) ? self.maxTrials : {d.max_trials})",
-              "spec.budget.parallelTrials must not exceed spec.budget.maxTrials: lower parallelTrials", ".parallelTrials"),
+        _rule(
+            f"(has(self.warmupSteps) ? self.warmupSteps : {d.warmup_steps}) < "
+            f"(has(self.stepsPerTrial) ? self.stepsPerTrial : {d.steps_per_trial})",
+            "spec.budget.warmupSteps must be fewer than spec.budget.stepsPerTrial: lower warmupSteps or raise "
+            "stepsPerTrial",
+            ".warmupSteps",
+        ),
+        _rule(
+            f"(has(self.parallelTrials) ? self.parallelTrials : {d.parallel_trials}) <= "
+            f"(has(self.maxTrials) ? self.maxTrials : {d.max_trials})",
+            "spec.budget.parallelTrials must not exceed spec.budget.maxTrials: lower parallelTrials",
+            ".parallelTrials",
+        ),
     ]
     s["x-kubernetes-validations"] = [
-        _rule("!has(self.baseline) || !has(self.baseline.gpus) || self.baseline.gpus <= self.resources.gpuBudget",
-              "spec.baseline.gpus must not exceed spec.resources.gpuBudget: raise the budget or lower baseline.gpus",
-              ".baseline.gpus"),
-        _rule("!has(self.baseline) || !has(self.baseline.trainerGpus) || "
-              "!has(self.baseline.placement) || self.baseline.placement != 'disaggregated' || "
-              "self.baseline.trainerGpus < (has(self.baseline.gpus) ? self.baseline.gpus : self.resources.gpuBudget)",
-              "spec.baseline.trainerGpus must be fewer than spec.baseline.gpus when placement is disaggregated "
-              "(the rest of the GPUs serve rollouts): lower trainerGpus", ".baseline.trainerGpus"),
-        _rule("!has(self.searchSpace) || !has(self.searchSpace.minGpus) || "
-              "self.searchSpace.minGpus <= self.resources.gpuBudget",
-              "spec.searchSpace.minGpus must not exceed spec.resources.gpuBudget: lower minGpus or raise the budget",
-              ".searchSpace.minGpus"),
+        _rule(
+            "!has(self.baseline) || !has(self.baseline.gpus) || self.baseline.gpus <= self.resources.gpuBudget",
+            "spec.baseline.gpus must not exceed spec.resources.gpuBudget: raise the budget or lower baseline.gpus",
+            ".baseline.gpus",
+        ),
+        _rule(
+            "!has(self.baseline) || !has(self.baseline.trainerGpus) || "
+            "!has(self.baseline.placement) || self.baseline.placement != 'disaggregated' || "
+            "self.baseline.trainerGpus < (has(self.baseline.gpus) ? self.baseline.gpus : self.resources.gpuBudget)",
+            "spec.baseline.trainerGpus must be fewer than spec.baseline.gpus when placement is disaggregated "
+            "(the rest of the GPUs serve rollouts): lower trainerGpus",
+            ".baseline.trainerGpus",
+        ),
+        _rule(
+            "!has(self.searchSpace) || !has(self.searchSpace.minGpus) || "
+            "self.searchSpace.minGpus <= self.resources.gpuBudget",
+            "spec.searchSpace.minGpus must not exceed spec.resources.gpuBudget: lower minGpus or raise the budget",
+            ".searchSpace.minGpus",
+        ),
     ]
     loose = unbounded(s, "spec")
     if loose:
@@ -369,16 +452,36 @@ def crd() -> dict:
         raise SchemaError("fields without a description: " + ", ".join(missing))
     columns = [
         {"name": "Phase", "type": "string", "jsonPath": ".status.phase", "description": "Tuning phase."},
-        {"name": "Bottleneck", "type": "string", "jsonPath": ".status.baseline.bottleneck",
-         "description": "What limits the baseline's step."},
-        {"name": "Trials", "type": "string", "jsonPath": ".status.trialsDone",
-         "description": "Finished search trials / budget."},
-        {"name": "Speedup", "type": "string", "jsonPath": ".status.speedup",
-         "description": "Best speed-up over the baseline."},
-        {"name": "Best Step", "type": "number", "jsonPath": ".status.best.stepSeconds",
-         "description": "Best measured seconds per RL step."},
-        {"name": "GPUs", "type": "integer", "jsonPath": ".status.best.gpus",
-         "description": "GPUs of the best configuration."},
+        {
+            "name": "Bottleneck",
+            "type": "string",
+            "jsonPath": ".status.baseline.bottleneck",
+            "description": "What limits the baseline's step.",
+        },
+        {
+            "name": "Trials",
+            "type": "string",
+            "jsonPath": ".status.trialsDone",
+            "description": "Finished search trials / budget.",
+        },
+        {
+            "name": "Speedup",
+            "type": "string",
+            "jsonPath": ".status.speedup",
+            "description": "Best speed-up over the baseline.",
+        },
+        {
+            "name": "Best Step",
+            "type": "number",
+            "jsonPath": ".status.best.stepSeconds",
+            "description": "Best measured seconds per RL step.",
+        },
+        {
+            "name": "GPUs",
+            "type": "integer",
+            "jsonPath": ".status.best.gpus",
+            "description": "GPUs of the best configuration.",
+        },
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
     return {
@@ -388,30 +491,44 @@ def crd() -> dict:
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
-            "names": {"kind": KIND, "listKind": f"{KIND}List", "plural": PLURAL, "singular": SINGULAR,
-                      "shortNames": SHORT_NAMES, "categories": CATEGORIES},
-            "versions": [{
-                "name": VERSION,
-                "served": True,
-                "storage": True,
-                "subresources": {"status": {}},
-                "additionalPrinterColumns": columns,
-                "schema": {"openAPIV3Schema": {
-                    "type": "object",
-                    "description": "RLTuningJob tunes the performance knobs of an RL post-training job of an LLM "
-                                   "for speed: it profiles the baseline, runs short trials on the GPU pool, "
-                                   "scores them from Prometheus and reports the fastest configuration that "
-                                   "passes the quality gates.",
-                    "required": ["spec"],
-                    "properties": {
-                        "apiVersion": {"type": "string", "description": "APIVersion of the object (rltune.io/v1alpha1)."},
-                        "kind": {"type": "string", "description": "Kind of the object (RLTuningJob)."},
-                        "metadata": {"type": "object"},
-                        "spec": spec,
-                        "status": status,
+            "names": {
+                "kind": KIND,
+                "listKind": f"{KIND}List",
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "categories": CATEGORIES,
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": columns,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "description": "RLTuningJob tunes the performance knobs of an RL post-training job "
+                            "of an LLM "
+                            "for speed: it profiles the baseline, runs short trials on the GPU pool, "
+                            "scores them from Prometheus and reports the fastest configuration that "
+                            "passes the quality gates.",
+                            "required": ["spec"],
+                            "properties": {
+                                "apiVersion": {
+                                    "type": "string",
+                                    "description": "APIVersion of the object (rltune.io/v1alpha1).",
+                                },
+                                "kind": {"type": "string", "description": "Kind of the object (RLTuningJob)."},
+                                "metadata": {"type": "object"},
+                                "spec": spec,
+                                "status": status,
+                            },
+                        }
                     },
-                }},
-            }],
+                }
+            ],
         },
     }
 

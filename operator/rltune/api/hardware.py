@@ -67,11 +67,30 @@ class GPU:
 
 
 CATALOG: dict[str, GPU] = {
-    "H100": GPU("H100", 989, 1979, 80 * GB, 3.35e12, 450e9, 8, 400e9 / 8,
-                ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"),
-                "hopper"),
-    "H200": GPU("H200", 989, 1979, 141 * GB, 4.8e12, 450e9, 8, 400e9 / 8,
-                ("NVIDIA-H200", "NVIDIA-H200-SXM5-141GB", "NVIDIA-H200-NVL"), "hopper"),
+    "H100": GPU(
+        "H100",
+        989,
+        1979,
+        80 * GB,
+        3.35e12,
+        450e9,
+        8,
+        400e9 / 8,
+        ("NVIDIA-H100-80GB-HBM3", "NVIDIA-H100-PCIe", "NVIDIA-H100-NVL"),
+        "hopper",
+    ),
+    "H200": GPU(
+        "H200",
+        989,
+        1979,
+        141 * GB,
+        4.8e12,
+        450e9,
+        8,
+        400e9 / 8,
+        ("NVIDIA-H200", "NVIDIA-H200-SXM5-141GB", "NVIDIA-H200-NVL"),
+        "hopper",
+    ),
     "H20": GPU("H20", 148, 296, 96 * GB, 4.0e12, 450e9, 8, 400e9 / 8, ("NVIDIA-H20",), "hopper"),
     "B200": GPU("B200", 2250, 4500, 180 * GB, 7.7e12, 900e9, 8, 400e9 / 8, ("NVIDIA-B200",), "blackwell"),
     "B300": GPU("B300", 2250, 4500, 288 * GB, 8.0e12, 900e9, 8, 800e9 / 8, ("NVIDIA-B300-SXM6-AC",), "blackwell"),
@@ -86,6 +105,4 @@ def gpu(name: str) -> GPU:
     try:
         return CATALOG[name]
     except KeyError:
-        raise ValueError(
-            f"unknown GPU type {name!r}: resources.gpuType must be one of {sorted(CATALOG)}"
-        ) from None
+        raise ValueError(f"unknown GPU type {name!r}: resources.gpuType must be one of {sorted(CATALOG)}") from None

@@ -113,8 +113,9 @@ def records_from_samples(samples, overrides: Optional[dict[str, str]] = None) ->
         s = steps[step]
         if "step_duration_seconds" not in s:
             continue
-        rec = StepRecord(step=step, duration=s["step_duration_seconds"], phases=s["phases"],
-                         warmup=bool(s.get("step_warmup", 0.0)))
+        rec = StepRecord(
+            step=step, duration=s["step_duration_seconds"], phases=s["phases"], warmup=bool(s.get("step_warmup", 0.0))
+        )
         for contract, attr in fields.items():
             if contract in s:
                 setattr(rec, attr, s[contract])

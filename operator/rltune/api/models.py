@@ -40,8 +40,10 @@ ENV_NAME_PATTERN = r"^[ -<>-~]+$"
 LABEL_PREFIX_MAX = 253
 LABEL_KEY_MAX = LABEL_PREFIX_MAX + 1 + 63
 LABEL_VALUE_MAX = 63
-LABEL_KEY_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                     r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$")
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$"
+)
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 NODE_SELECTOR_MAX = 64
 TOLERATIONS_MAX = 64
@@ -66,11 +68,16 @@ KnobValues = Annotated[list[Any], Field(max_length=KNOB_VALUES_MAX)]
 
 def label_key_problem(key: str) -> Optional[str]:
     """Why `key` is not a valid Kubernetes label key (None if it is)."""
-    if len(key) > LABEL_KEY_MAX or not re.fullmatch(LABEL_KEY_PATTERN, key) or \
-            ("/" in key and key.index("/") > LABEL_PREFIX_MAX):
-        return (f"{key[:80]!r} is not a label key: [a DNS-subdomain prefix of at most {LABEL_PREFIX_MAX} "
-                "characters and '/'] then a name of at most 63 alphanumerics, '-', '_' or '.', beginning and "
-                "ending alphanumeric (e.g. cloud.google.com/gke-nodepool)")
+    if (
+        len(key) > LABEL_KEY_MAX
+        or not re.fullmatch(LABEL_KEY_PATTERN, key)
+        or ("/" in key and key.index("/") > LABEL_PREFIX_MAX)
+    ):
+        return (
+            f"{key[:80]!r} is not a label key: [a DNS-subdomain prefix of at most {LABEL_PREFIX_MAX} "
+            "characters and '/'] then a name of at most 63 alphanumerics, '-', '_' or '.', beginning and "
+            "ending alphanumeric (e.g. cloud.google.com/gke-nodepool)"
+        )
     return None
 
 
@@ -150,9 +157,7 @@ class ModelSpec(CamelModel):
         base = self.merged()
         missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in base]
         if missing:
-            raise ValueError(
-                f"workload.model lacks {', '.join(missing)}: give a preset or every architecture field"
-            )
+            raise ValueError(f"workload.model lacks {', '.join(missing)}: give a preset or every architecture field")
         return ModelArch.model_validate(base | {"name": self.preset or "custom"})
 
 
@@ -165,17 +170,25 @@ def architecture_problems(m: dict) -> list[str]:
     experts, active = m.get("experts") or 0, m.get("activeExperts") or 0
     out = []
     if kv > heads or heads % kv:
-        out.append(f"spec.workload.model.kvHeads ({kv}) must not exceed spec.workload.model.heads ({heads}) and must "
-                   "divide it (each KV head serves heads/kvHeads query heads): fix kvHeads or heads")
+        out.append(
+            f"spec.workload.model.kvHeads ({kv}) must not exceed spec.workload.model.heads ({heads}) and must "
+            "divide it (each KV head serves heads/kvHeads query heads): fix kvHeads or heads"
+        )
     if dense > layers or (experts > 0 and dense >= layers):
-        out.append(f"spec.workload.model.denseLayers ({dense}) must be fewer than spec.workload.model.layers "
-                   f"({layers}) (an MoE model needs at least one MoE layer): lower denseLayers")
+        out.append(
+            f"spec.workload.model.denseLayers ({dense}) must be fewer than spec.workload.model.layers "
+            f"({layers}) (an MoE model needs at least one MoE layer): lower denseLayers"
+        )
     if active > experts:
-        out.append(f"spec.workload.model.activeExperts ({active}) must not exceed spec.workload.model.experts "
-                   f"({experts}): lower activeExperts (top-k), or set it to 0 for a dense model")
+        out.append(
+            f"spec.workload.model.activeExperts ({active}) must not exceed spec.workload.model.experts "
+            f"({experts}): lower activeExperts (top-k), or set it to 0 for a dense model"
+        )
     if experts > 0 and (active < 1 or not m.get("expertFfn")):
-        out.append("an MoE model (spec.workload.model.experts > 0) needs spec.workload.model.activeExperts >= 1 "
-                   "and spec.workload.model.expertFfn >= 1: give them, or set experts to 0 for a dense model")
+        out.append(
+            "an MoE model (spec.workload.model.experts > 0) needs spec.workload.model.activeExperts >= 1 "
+            "and spec.workload.model.expertFfn >= 1: give them, or set experts to 0 for a dense model"
+        )
     return out
 
 
@@ -222,7 +235,10 @@ class ModelArch(CamelModel):
     def attn_params(self) -> int:
         q = self.hidden * self.heads * self.head_dim
         if self.is_mla:
-            kv = self.hidden * (self.kv_lora_rank + self.rope_head_dim) + self.kv_lora_rank * self.heads * 2 * self.head_dim
+            kv = (
+                self.hidden * (self.kv_lora_rank + self.rope_head_dim)
+                + self.kv_lora_rank * self.heads * 2 * self.head_dim
+            )
         else:
             kv = 2 * self.hidden * self.kv_heads * self.head_dim
         o = self.heads * self.head_dim * self.hidden
@@ -262,7 +278,9 @@ class TaskSpec(CamelModel):
     prompts_per_step: int = Field(512, ge=1, description="Prompts per RL step (train batch size).")
     samples_per_prompt: int = Field(16, ge=1, description="Responses sampled per prompt (GRPO group size, n).")
     max_prompt_tokens: int = Field(1024, ge=1, description="Maximum prompt length in tokens.")
-    max_response_tokens: int = Field(20480, ge=1, description="Maximum response length in tokens (per turn budget summed).")
+    max_response_tokens: int = Field(
+        20480, ge=1, description="Maximum response length in tokens (per turn budget summed)."
+    )
     mean_response_tokens: Optional[int] = Field(
         None, ge=1, description="Hint: mean generated tokens per sample; default 1/4 of the maximum."
     )
@@ -287,8 +305,11 @@ class TaskSpec(CamelModel):
 
 
 class EnvVar(CamelModel):
-    name: str = Field(min_length=1, max_length=ENV_NAME_MAX,
-                      description="Environment variable name: printable ASCII characters except '='.")
+    name: str = Field(
+        min_length=1,
+        max_length=ENV_NAME_MAX,
+        description="Environment variable name: printable ASCII characters except '='.",
+    )
     value: str = Field("", max_length=ENV_VALUE_MAX, description="Environment variable value.")
 
 
@@ -298,18 +319,26 @@ class Workload(CamelModel):
         description="RL framework the trials run: reference = rltune's own GRPO loop (vLLM + torch), "
         "twin = the digital twin (simulated GPU cluster), verl/openrlhf = the user's framework via adapters.",
     )
-    image: str = Field("ghcr.io/rltune/trial:0.1.0", min_length=1, max_length=IMAGE_MAX,
-                       description="Container image of the trial workload.")
-    command: Optional[list[Arg]] = Field(None, max_length=COMMAND_MAX_ITEMS,
-                                         description="Container command; default: the image's entry point.")
-    args: Optional[list[Arg]] = Field(None, max_length=ARGS_MAX_ITEMS,
-                                      description="Container args, before the rendered knobs.")
-    env: Optional[list[EnvVar]] = Field(None, max_length=ENV_MAX_ITEMS,
-                                        description="Extra environment variables for trial pods.")
+    image: str = Field(
+        "ghcr.io/rltune/trial:0.1.0",
+        min_length=1,
+        max_length=IMAGE_MAX,
+        description="Container image of the trial workload.",
+    )
+    command: Optional[list[Arg]] = Field(
+        None, max_length=COMMAND_MAX_ITEMS, description="Container command; default: the image's entry point."
+    )
+    args: Optional[list[Arg]] = Field(
+        None, max_length=ARGS_MAX_ITEMS, description="Container args, before the rendered knobs."
+    )
+    env: Optional[list[EnvVar]] = Field(
+        None, max_length=ENV_MAX_ITEMS, description="Extra environment variables for trial pods."
+    )
     model: ModelSpec = Field(description="The policy model's architecture.")
     task: TaskSpec = Field(default_factory=TaskSpec, description="The RL task and batch shape (never tuned).")
     scenario: Optional[dict[str, Any]] = Field(
-        None, max_length=SCENARIO_MAX_KEYS,
+        None,
+        max_length=SCENARIO_MAX_KEYS,
         description="Twin only: overrides of the simulated cluster's hidden efficiency factors and noise.",
     )
 
@@ -318,19 +347,25 @@ class Workload(CamelModel):
     def _env_names(cls, v: Optional[list[EnvVar]]) -> Optional[list[EnvVar]]:
         for i, e in enumerate(v or []):
             if not re.fullmatch(ENV_NAME_PATTERN, e.name):
-                raise ValueError(f"spec.workload.env[{i}].name: {e.name[:80]!r} is not an environment variable name: "
-                                 "use printable ASCII characters other than '=' (the value goes in value)")
+                raise ValueError(
+                    f"spec.workload.env[{i}].name: {e.name[:80]!r} is not an environment variable name: "
+                    "use printable ASCII characters other than '=' (the value goes in value)"
+                )
         return v
 
 
 class Resources(CamelModel):
     gpu_type: Literal["H100", "H200", "H20", "B200", "B300", "GB200", "GB300", "CPU"] = Field(
-        "B300", description="GPU type of the node pool (trial pods select every nvidia.com/gpu.product string known for it)."
+        "B300",
+        description="GPU type of the node pool (trial pods select every nvidia.com/gpu.product string known for it).",
     )
-    gpu_budget: int = Field(ge=1, le=4096, description="Most GPUs one configuration (and all running trials together) may use.")
+    gpu_budget: int = Field(
+        ge=1, le=4096, description="Most GPUs one configuration (and all running trials together) may use."
+    )
     gpus_per_node: int = Field(8, ge=1, le=72, description="GPUs per node in the pool.")
     node_selector: Optional[dict[str, LabelValue]] = Field(
-        None, max_length=NODE_SELECTOR_MAX,
+        None,
+        max_length=NODE_SELECTOR_MAX,
         description="Node-pool selector of trial pods (e.g. a cloud's node-pool label); default: the operator's "
         "gpuPool.nodeSelector.",
     )
@@ -340,11 +375,13 @@ class Resources(CamelModel):
         "strings. Set false on clusters whose GPU nodes carry no GFD labels (the nodeSelector then picks the pool).",
     )
     tolerations: Optional[list[dict[str, Any]]] = Field(
-        None, max_length=TOLERATIONS_MAX,
+        None,
+        max_length=TOLERATIONS_MAX,
         description="Extra tolerations for trial pods (added to the operator's gpuPool.tolerations).",
     )
     pod_template: Optional[dict[str, Any]] = Field(
-        None, max_length=POD_TEMPLATE_MAX_FIELDS,
+        None,
+        max_length=POD_TEMPLATE_MAX_FIELDS,
         description="PodSpec fields merged into every trial pod like a strategic merge patch (containers, env, "
         "volumes, volumeMounts merged by name/mountPath; e.g. volumes, priorityClassName). Bounded by the operator's "
         "podSecurity settings.",
@@ -358,8 +395,10 @@ class Resources(CamelModel):
             if why:
                 raise ValueError(f"spec.resources.nodeSelector: {why}")
             if not re.fullmatch(LABEL_VALUE_PATTERN, value):
-                raise ValueError(f"spec.resources.nodeSelector[{key!r}]: {value[:80]!r} is not a label value: at most "
-                                 "63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric")
+                raise ValueError(
+                    f"spec.resources.nodeSelector[{key!r}]: {value[:80]!r} is not a label value: at most "
+                    "63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric"
+                )
         return v
 
     @field_validator("tolerations")
@@ -418,7 +457,9 @@ class TrainerKnobs(CamelModel):
 
 class RolloutKnobs(CamelModel):
     tp: int = Field(1, ge=1, le=64, description="Rollout (vLLM) tensor parallel size of one engine replica.")
-    expert_parallel: bool = Field(False, description="Shard MoE experts across the replica's GPUs (vLLM expert parallel).")
+    expert_parallel: bool = Field(
+        False, description="Shard MoE experts across the replica's GPUs (vLLM expert parallel)."
+    )
     gpu_memory_utilization: float = Field(
         0.5, ge=0.05, le=0.98, description="Fraction of GPU memory vLLM may use (weights + KV cache)."
     )
@@ -437,8 +478,10 @@ class RolloutKnobs(CamelModel):
         return v
 
 
-FRACTION_MESSAGE = ("rollout.gpuMemoryUtilization is a fraction of GPU memory, e.g. 0.8 for 80%, not a percent: "
-                    "use a value from 0.05 to 0.98")
+FRACTION_MESSAGE = (
+    "rollout.gpuMemoryUtilization is a fraction of GPU memory, e.g. 0.8 for 80%, not a percent: "
+    "use a value from 0.05 to 0.98"
+)
 
 
 class AsyncKnobs(CamelModel):
@@ -567,18 +610,24 @@ class Budget(CamelModel):
     confirm_steps: int = Field(10, ge=0, le=200, description="Steps of the winner's confirmation run (0 = none).")
     max_failed_trials: int = Field(6, ge=1, le=200, description="Failed trials after which the job fails.")
     trial_timeout_seconds: int = Field(3600, ge=10, description="Wall-clock limit of one trial.")
-    schedule_timeout_seconds: int = Field(300, ge=5, description="Time a trial may wait for all its pods to be scheduled.")
+    schedule_timeout_seconds: int = Field(
+        300, ge=5, description="Time a trial may wait for all its pods to be scheduled."
+    )
     metrics_timeout_seconds: int = Field(120, ge=5, description="Time to wait for a finished trial's metrics.")
 
 
 class MetricsSource(CamelModel):
-    prometheus_url: Optional[str] = Field(None, max_length=URL_MAX,
-                                          description="Prometheus HTTP API base URL; default: the operator's setting.")
-    pushgateway_url: Optional[str] = Field(None, max_length=URL_MAX,
-                                           description="Pushgateway trials push to; default: the operator's setting.")
+    prometheus_url: Optional[str] = Field(
+        None, max_length=URL_MAX, description="Prometheus HTTP API base URL; default: the operator's setting."
+    )
+    pushgateway_url: Optional[str] = Field(
+        None, max_length=URL_MAX, description="Pushgateway trials push to; default: the operator's setting."
+    )
     names: Optional[dict[str, MetricName]] = Field(
-        None, max_length=len(METRIC_CONTRACTS),
-        description="Overrides of rltune metric names (contract name, e.g. step_duration_seconds -> actual name).")
+        None,
+        max_length=len(METRIC_CONTRACTS),
+        description="Overrides of rltune metric names (contract name, e.g. step_duration_seconds -> actual name).",
+    )
 
     @field_validator("prometheus_url", "pushgateway_url")
     @classmethod
@@ -593,8 +642,9 @@ class MetricsSource(CamelModel):
     def _contracts(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
         unknown = sorted(set(v or {}) - set(METRIC_CONTRACTS))
         if unknown:
-            raise ValueError(f"spec.metrics.names: unknown contract name(s) {unknown}: "
-                             f"use {', '.join(METRIC_CONTRACTS)}")
+            raise ValueError(
+                f"spec.metrics.names: unknown contract name(s) {unknown}: use {', '.join(METRIC_CONTRACTS)}"
+            )
         return v
 
 
@@ -626,11 +676,16 @@ class RLTuningJobSpec(CamelModel):
         self.workload.model.resolved()  # names the missing field if the architecture is incomplete
         budget = self.resources.gpu_budget
         if self.search_space.min_gpus is not None and self.search_space.min_gpus > budget:
-            raise ValueError(f"spec.searchSpace.minGpus ({self.search_space.min_gpus}) must not exceed "
-                             f"spec.resources.gpuBudget ({budget}): lower minGpus or raise the budget")
+            raise ValueError(
+                f"spec.searchSpace.minGpus ({self.search_space.min_gpus}) must not exceed "
+                f"spec.resources.gpuBudget ({budget}): lower minGpus or raise the budget"
+            )
         for knob, limit, rel in (("gpus", budget, "at most"), ("trainerGpus", budget - 1, "fewer than")):
-            over = [g for g in (self.search_space.knobs or {}).get(knob, [])
-                    if isinstance(g, int) and not isinstance(g, bool) and g > limit]
+            over = [
+                g
+                for g in (self.search_space.knobs or {}).get(knob, [])
+                if isinstance(g, int) and not isinstance(g, bool) and g > limit
+            ]
             if over:
                 raise ValueError(
                     f"spec.searchSpace.knobs.{knob}: {over} must be {rel} spec.resources.gpuBudget ({budget}): "
@@ -662,14 +717,31 @@ class TrialSpec(CamelModel):
     metrics_port: Optional[int] = None
 
 
-def trial_spec_for(job_ns: str, job_name: str, trial: str, spec: RLTuningJobSpec, config: RLConfig,
-                   steps: int, warmup: int, seed: int = 0, pushgateway_url: Optional[str] = None) -> TrialSpec:
+def trial_spec_for(
+    job_ns: str,
+    job_name: str,
+    trial: str,
+    spec: RLTuningJobSpec,
+    config: RLConfig,
+    steps: int,
+    warmup: int,
+    seed: int = 0,
+    pushgateway_url: Optional[str] = None,
+) -> TrialSpec:
     """The trial contract for one configuration of a job (used by the operator and the local backend)."""
     return TrialSpec(
         mode="real" if spec.workload.framework == "reference" else "twin",
-        namespace=job_ns, job=job_name, trial=trial,
-        model=spec.workload.model, task=spec.workload.task,
-        gpu_type=spec.resources.gpu_type, gpus_per_node=spec.resources.gpus_per_node,
-        config=config, steps=steps, warmup_steps=warmup, seed=seed,
-        scenario=spec.workload.scenario, pushgateway_url=pushgateway_url,
+        namespace=job_ns,
+        job=job_name,
+        trial=trial,
+        model=spec.workload.model,
+        task=spec.workload.task,
+        gpu_type=spec.resources.gpu_type,
+        gpus_per_node=spec.resources.gpus_per_node,
+        config=config,
+        steps=steps,
+        warmup_steps=warmup,
+        seed=seed,
+        scenario=spec.workload.scenario,
+        pushgateway_url=pushgateway_url,
     )

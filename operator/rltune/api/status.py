@@ -62,8 +62,12 @@ class TrialState(StrEnum):
     @property
     def is_failure(self) -> bool:
         """Counts against budget.maxFailedTrials (a rejected trial measured fine: not a failure)."""
-        return self in (TrialState.FAILED, TrialState.UNSCHEDULABLE, TrialState.METRICS_UNAVAILABLE,
-                        TrialState.TIMED_OUT)
+        return self in (
+            TrialState.FAILED,
+            TrialState.UNSCHEDULABLE,
+            TrialState.METRICS_UNAVAILABLE,
+            TrialState.TIMED_OUT,
+        )
 
 
 class FailureCause(StrEnum):
@@ -129,7 +133,9 @@ class TrialStatus(CamelModel):
     predicted_std: Optional[float] = Field(None, description="Forecast standard deviation, seconds.")
     measured_seconds: Optional[float] = Field(None, description="Measured mean seconds per step (warm-up excluded).")
     objective: Optional[float] = Field(None, description="Measured objective value (seconds or GPU-seconds per step).")
-    state: TrialState = Field(TrialState.PENDING, description="Pending, Running, Scoring, Succeeded, Rejected, Failed, ...")
+    state: TrialState = Field(
+        TrialState.PENDING, description="Pending, Running, Scoring, Succeeded, Rejected, Failed, ..."
+    )
     reason: Optional[str] = Field(None, description="Why the trial ended as it did (failure reason, failed gate).")
     cause: Optional[FailureCause] = Field(None, description="Why a failed trial failed, as one word.")
     gates: Optional[dict[str, bool]] = Field(None, description="Quality gate name -> passed.")
@@ -158,11 +164,15 @@ class BestStatus(CamelModel):
 
 class RLTuningJobStatus(CamelModel):
     observed_generation: Optional[int] = Field(None, description="metadata.generation the operator last acted on.")
-    phase: Phase = Field(Phase.PENDING, description="Pending, Validating, Profiling, Searching, Confirming, Succeeded or Failed.")
+    phase: Phase = Field(
+        Phase.PENDING, description="Pending, Validating, Profiling, Searching, Confirming, Succeeded or Failed."
+    )
     message: Optional[str] = Field(None, description="One line on what the job is doing or how it ended.")
     conditions: list[Condition] = Field(default_factory=list, description="metav1.Conditions of the job.")
     baseline: Optional[BaselineStatus] = Field(None, description="The measured baseline profile.")
-    trials: list[TrialStatus] = Field(default_factory=list, max_length=512, description="Every trial, compact, in order.")
+    trials: list[TrialStatus] = Field(
+        default_factory=list, max_length=512, description="Every trial, compact, in order."
+    )
     best: Optional[BestStatus] = Field(None, description="The winning configuration, once there is one.")
     forecast_error: Optional[float] = Field(
         None, description="Median relative error of the step-time forecasts of finished trials."

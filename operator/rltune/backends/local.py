@@ -61,8 +61,14 @@ class _Trial:
 class LocalBackend:
     """TrialBackend running trials as local processes (twin mode by default)."""
 
-    def __init__(self, mode: Optional[str] = None, workdir: Optional[str] = None, linger_s: float = 600.0,
-                 extra_env: Optional[dict] = None, names: Optional[dict] = None):
+    def __init__(
+        self,
+        mode: Optional[str] = None,
+        workdir: Optional[str] = None,
+        linger_s: float = 600.0,
+        extra_env: Optional[dict] = None,
+        names: Optional[dict] = None,
+    ):
         self.mode = mode  # None: as the TrialSpec says; "twin" or "real" overrides
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="rltune-trials-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -88,9 +94,13 @@ class LocalBackend:
         env["RLTUNE_METRICS_BIND"] = "127.0.0.1"
         env.pop("RLTUNE_TRIAL_SPEC", None)
         env.update(self.extra_env)
-        proc = subprocess.Popen([sys.executable, "-m", "rltune.trial", "--spec", str(f)],
-                                stdout=open(d / "stdout.log", "wb"), stderr=open(d / "stderr.log", "wb"),
-                                env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rltune.trial", "--spec", str(f)],
+            stdout=open(d / "stdout.log", "wb"),
+            stderr=open(d / "stderr.log", "wb"),
+            env=env,
+            start_new_session=True,
+        )
         self.trials[trial_id] = _Trial(proc, port, d, started=time.monotonic())
 
     def poll(self, trial_id: str) -> TrialObservation:
@@ -108,8 +118,12 @@ class LocalBackend:
             if state in (M.TRIAL_SUCCEEDED, M.TRIAL_FAILED):
                 ok = state == M.TRIAL_SUCCEEDED
                 self._stop(t)
-                t.final = TrialObservation("succeeded" if ok else "failed", t.steps,
-                                           "" if ok else (reason or self._stderr_reason(t)), t.proc.returncode)
+                t.final = TrialObservation(
+                    "succeeded" if ok else "failed",
+                    t.steps,
+                    "" if ok else (reason or self._stderr_reason(t)),
+                    t.proc.returncode,
+                )
                 return t.final
         rc = t.proc.poll()
         if rc is not None:
@@ -154,7 +168,7 @@ class LocalBackend:
             return ""
         for line in reversed(lines):
             if line.startswith("rltune-trial:"):
-                return line[len("rltune-trial:"):].strip()
+                return line[len("rltune-trial:") :].strip()
         return lines[-1].strip() if lines else ""
 
     @staticmethod

@@ -2,7 +2,8 @@
 cleans the job's Pushgateway groups (its pods and services go by garbage collection: they carry an
 owner reference to the job).
 
-Run: `rltune operator` (rltune.controller.run), or `kopf run -m rltune.controller.handlers --all-namespaces --standalone`.
+Run: `rltune operator` (rltune.controller.run), or
+`kopf run -m rltune.controller.handlers --all-namespaces --standalone`.
 """
 
 from __future__ import annotations
@@ -14,14 +15,16 @@ from typing import Any
 
 import kopf
 
+from .. import settings as operator_settings
 from ..api.crdgen import GROUP, PLURAL, VERSION
 from ..api.status import Phase
-from .. import settings as operator_settings
 from . import prom, selfmetrics
 from .reconcile import Reconciler
 
 log = logging.getLogger("rltune.controller")
-INTERVAL = operator_settings.current().reconcile_interval  # read when the handlers are registered (after start-up set it)
+INTERVAL = (
+    operator_settings.current().reconcile_interval
+)  # read when the handlers are registered (after start-up set it)
 
 
 @kopf.on.startup()
@@ -42,7 +45,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         (kopf.info if type_ == "Normal" else kopf.warn)(body, reason=reason, message=message)
 
     memo.reconciler = Reconciler(
-        KubeCluster(), emit=emit, settings=operator_settings.current(),
+        KubeCluster(),
+        emit=emit,
+        settings=operator_settings.current(),
         on_trial_started=lambda kind: selfmetrics.TRIALS_STARTED.inc(),
         on_trial_finished=lambda state: selfmetrics.TRIALS_FINISHED.labels(state).inc(),
     )

@@ -23,8 +23,13 @@ class KubeCluster:
     """`group`/`version`/`plural` name the job resource (default rltune.io/v1alpha1 rltuningjobs); tests
     point them at a private copy of the CRD, e.g. one without the CEL rules (a CRD older than the operator)."""
 
-    def __init__(self, api_client: Optional[client.ApiClient] = None, group: str = GROUP, version: str = VERSION,
-                 plural: str = PLURAL):
+    def __init__(
+        self,
+        api_client: Optional[client.ApiClient] = None,
+        group: str = GROUP,
+        version: str = VERSION,
+        plural: str = PLURAL,
+    ):
         self._api = api_client
         self.group, self.version, self.plural = group, version, plural
         self._nodes: Optional[tuple[float, list[dict]]] = None
@@ -53,13 +58,17 @@ class KubeCluster:
 
     def write_status(self, job: dict, status: dict) -> dict:
         md = job["metadata"]
-        body = {"apiVersion": job["apiVersion"], "kind": job["kind"],
-                "metadata": {"name": md["name"], "namespace": md["namespace"],
-                             "resourceVersion": md["resourceVersion"]},
-                "spec": job.get("spec", {}), "status": status}
+        body = {
+            "apiVersion": job["apiVersion"],
+            "kind": job["kind"],
+            "metadata": {"name": md["name"], "namespace": md["namespace"], "resourceVersion": md["resourceVersion"]},
+            "spec": job.get("spec", {}),
+            "status": status,
+        }
         try:
             return self.custom.replace_namespaced_custom_object_status(
-                self.group, self.version, md["namespace"], self.plural, md["name"], body)
+                self.group, self.version, md["namespace"], self.plural, md["name"], body
+            )
         except ApiException as e:
             if e.status == 409:
                 raise Conflict() from e
@@ -96,8 +105,11 @@ class KubeCluster:
             quota = e.status == 403 and "exceeded quota" in msg
             return Refusal(msg[:800], permanent=not quota)
         except ValueError as e:  # the client library's own model validation refused the body
-            return Refusal("invalid (the Kubernetes client's schema check, before the API server): "
-                           + " ".join(str(e).split())[:760], permanent=True)
+            return Refusal(
+                "invalid (the Kubernetes client's schema check, before the API server): "
+                + " ".join(str(e).split())[:760],
+                permanent=True,
+            )
 
     def list_trial_pods(self, namespace: str, job: str) -> list[dict]:
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{P.LABEL_JOB}={job}")

@@ -22,13 +22,29 @@ from typing import Any, Optional
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 SUPPORTED_FRAMEWORKS = ("twin", "reference")
-FIX = ("set spec.resources.nodeSelector or the chart's gpuPool.nodeSelector to labels your GPU nodes carry, "
-       "spec.resources.gpuType to the GPU they have (or spec.resources.gpuProductAffinity: false where GPU nodes "
-       "carry no nvidia.com/gpu.product label), and spec.resources.tolerations or the chart's gpuPool.tolerations "
-       "for their taints")
+FIX = (
+    "set spec.resources.nodeSelector or the chart's gpuPool.nodeSelector to labels your GPU nodes carry, "
+    "spec.resources.gpuType to the GPU they have (or spec.resources.gpuProductAffinity: false where GPU nodes "
+    "carry no nvidia.com/gpu.product label), and spec.resources.tolerations or the chart's gpuPool.tolerations "
+    "for their taints"
+)
 
-_SUFFIX = {"": 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_SUFFIX = {
+    "": 1,
+    "m": 1e-3,
+    "k": 1e3,
+    "M": 1e6,
+    "G": 1e9,
+    "T": 1e12,
+    "P": 1e15,
+    "E": 1e18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+}
 _QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 
 
@@ -45,9 +61,11 @@ def supported_framework(spec: Any) -> Optional[str]:
     fw = spec.workload.framework
     if fw in SUPPORTED_FRAMEWORKS:
         return None
-    return (f"spec.workload.framework: {fw!r} has no adapter in this rltune version yet; supported: "
-            f"{', '.join(SUPPORTED_FRAMEWORKS)} (twin = the simulated cluster, reference = rltune's own GRPO "
-            f"loop). rltune never runs the twin in place of {fw}, so the job is not started")
+    return (
+        f"spec.workload.framework: {fw!r} has no adapter in this rltune version yet; supported: "
+        f"{', '.join(SUPPORTED_FRAMEWORKS)} (twin = the simulated cluster, reference = rltune's own GRPO "
+        f"loop). rltune never runs the twin in place of {fw}, so the job is not started"
+    )
 
 
 # --------------------------------------------------------------------------- matching
@@ -83,8 +101,9 @@ def _match_expression(expr: dict, values_of: dict[str, str]) -> bool:
 
 
 def _required_terms(pod_spec: dict) -> list[dict]:
-    req = (((pod_spec.get("affinity") or {}).get("nodeAffinity") or {})
-           .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    req = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     return req.get("nodeSelectorTerms") or []
 
 
@@ -123,6 +142,7 @@ def _untolerated(node: dict, tolerations: list[dict]) -> list[dict]:
 
 def pod_requests(pod_spec: dict) -> dict[str, float]:
     """Effective requests: max(sum over containers, any init container); limits stand in for missing requests."""
+
     def of(c: dict) -> dict[str, float]:
         r = c.get("resources") or {}
         merged = dict(r.get("limits") or {}) | dict(r.get("requests") or {})
@@ -172,8 +192,9 @@ def _describe_constraints(pod_spec: dict, requests: dict[str, float]) -> str:
     for term in _required_terms(pod_spec):
         for e in term.get("matchExpressions") or []:
             vals = e.get("values") or []
-            parts.append(f"{e.get('key')} {str(e.get('operator')).lower()}"
-                         + (f" [{', '.join(map(str, vals))}]" if vals else ""))
+            parts.append(
+                f"{e.get('key')} {str(e.get('operator')).lower()}" + (f" [{', '.join(map(str, vals))}]" if vals else "")
+            )
     if requests.get(GPU_RESOURCE):
         parts.append(f"{_fmt_qty(requests[GPU_RESOURCE])} allocatable {GPU_RESOURCE}")
     return " + ".join(parts) or "no constraints"
@@ -206,25 +227,35 @@ def check_pool(nodes: list[dict], pod_spec: dict) -> Optional[str]:
     seen = []
     if requests.get(GPU_RESOURCE):
         if gpu_nodes:
-            seen.append(f"the cluster's {len(gpu_nodes)} GPU node{'s' if len(gpu_nodes) != 1 else ''} carry "
-                        + _carry(gpu_nodes, GPU_PRODUCT_LABEL))
+            seen.append(
+                f"the cluster's {len(gpu_nodes)} GPU node{'s' if len(gpu_nodes) != 1 else ''} carry "
+                + _carry(gpu_nodes, GPU_PRODUCT_LABEL)
+            )
         else:
             seen.append(f"none of the cluster's {len(nodes)} nodes has allocatable {GPU_RESOURCE}")
     pool = gpu_nodes or nodes
-    for key in (pod_spec.get("nodeSelector") or {}):
+    for key in pod_spec.get("nodeSelector") or {}:
         seen.append(f"{'they' if gpu_nodes else 'the nodes'} carry " + _carry(pool, key))
     fails = []
     if reasons.get("taint"):
-        taints = Counter(_fmt_taint(t) for n in nodes if why_not(n, pod_spec, requests) == "taint"
-                         for t in _untolerated(n, pod_spec.get("tolerations") or []))
-        fails.append(f"{reasons['taint']} matching node(s) have taints the pod does not tolerate: "
-                     + ", ".join(t for t, _ in taints.most_common(3)))
+        taints = Counter(
+            _fmt_taint(t)
+            for n in nodes
+            if why_not(n, pod_spec, requests) == "taint"
+            for t in _untolerated(n, pod_spec.get("tolerations") or [])
+        )
+        fails.append(
+            f"{reasons['taint']} matching node(s) have taints the pod does not tolerate: "
+            + ", ".join(t for t, _ in taints.most_common(3))
+        )
     for key, n in reasons.items():
         if key.startswith("resource:"):
             res = key.split(":", 1)[1]
             most = max((quantity(_allocatable(x).get(res, 0)) for x in nodes), default=0)
-            fails.append(f"{n} matching node(s) have too little allocatable {res} (most: {_fmt_qty(most)}, "
-                         f"the pod requests {_fmt_qty(requests[res])})")
+            fails.append(
+                f"{n} matching node(s) have too little allocatable {res} (most: {_fmt_qty(most)}, "
+                f"the pod requests {_fmt_qty(requests[res])})"
+            )
     msg = f"no node can host trial pods ({what})"
     if seen:
         msg += ": " + "; ".join(seen)
@@ -246,6 +277,8 @@ def check_gpus_per_node(nodes: list[dict], pod_spec: dict, gpus_per_node: int) -
         return None
     have = ", ".join(f"{n} node(s) with {g}" for g, n in sorted(sizes.items()))
     best = sizes.most_common(1)[0][0]
-    return (f"spec.resources.gpusPerNode: {gpus_per_node} GPUs per node, but the nodes trial pods can use have "
-            f"{have} allocatable {GPU_RESOURCE}. Fix: set spec.resources.gpusPerNode: {best} (the size of the "
-            f"nodes it will run on), or select a pool of {gpus_per_node}-GPU nodes with spec.resources.nodeSelector")
+    return (
+        f"spec.resources.gpusPerNode: {gpus_per_node} GPUs per node, but the nodes trial pods can use have "
+        f"{have} allocatable {GPU_RESOURCE}. Fix: set spec.resources.gpusPerNode: {best} (the size of the "
+        f"nodes it will run on), or select a pool of {gpus_per_node}-GPU nodes with spec.resources.nodeSelector"
+    )

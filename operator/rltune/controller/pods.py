@@ -4,7 +4,8 @@ One pod per trial when the configuration fits on one node (gpus <= gpusPerNode);
 per node (ranks 0..n-1) plus a headless Service for rendezvous (MASTER_ADDR = rank 0's DNS name).
 Only rank 0 pushes metrics (env RLTUNE_RANK tells the process its rank). For the twin, rank 0
 simulates the whole multi-node trial and pods of ranks > 0 run a no-op that exits 0 at once (they
-still hold their node's GPUs in the scheduler, which is what placement needs). Names are deterministic (`<job>-<trial>-<rank>`,
+still hold their node's GPUs in the scheduler, which is what placement needs). Names are
+deterministic (`<job>-<trial>-<rank>`,
 DNS-safe, truncated with a hash), so a restarted operator that re-creates a pod gets
 409 AlreadyExists instead of a duplicate.
 
@@ -59,12 +60,17 @@ TRIAL_UID = 10001  # the `rltune` user of images/trial/Dockerfile
 TEMPLATE_FIELD = "spec.resources.podTemplate"
 
 RESTRICTED_POD_SECURITY: dict[str, Any] = {
-    "runAsNonRoot": True, "runAsUser": TRIAL_UID, "runAsGroup": TRIAL_UID, "fsGroup": TRIAL_UID,
+    "runAsNonRoot": True,
+    "runAsUser": TRIAL_UID,
+    "runAsGroup": TRIAL_UID,
+    "fsGroup": TRIAL_UID,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
-    "runAsNonRoot": True, "allowPrivilegeEscalation": False,
-    "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"},
+    "runAsNonRoot": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
 }
 
 
@@ -108,9 +114,23 @@ def seed_for(trial: str) -> int:
 
 def product_affinity(gpu_type: str) -> dict:
     """Required node affinity: nvidia.com/gpu.product is one of the GPU type's known strings."""
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-        {"matchExpressions": [{"key": GPU_PRODUCT_LABEL, "operator": "In",
-                               "values": list(gpu_info(gpu_type).gfd_products)}]}]}}}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": GPU_PRODUCT_LABEL,
+                                "operator": "In",
+                                "values": list(gpu_info(gpu_type).gfd_products),
+                            }
+                        ]
+                    }
+                ]
+            }
+        }
+    }
 
 
 def pool_selector(spec: RLTuningJobSpec, settings: OperatorSettings) -> dict[str, str]:
@@ -209,31 +229,56 @@ def merge_pod_spec(base: dict, template: dict, path: str = TEMPLATE_FIELD) -> di
 
 
 def trial_manifests(
-    namespace: str, job: str, owner: Optional[dict], spec: RLTuningJobSpec, trial: str, config: RLConfig,
-    steps: int, warmup: int, pushgateway_url: Optional[str], settings: Optional[OperatorSettings] = None,
+    namespace: str,
+    job: str,
+    owner: Optional[dict],
+    spec: RLTuningJobSpec,
+    trial: str,
+    config: RLConfig,
+    steps: int,
+    warmup: int,
+    pushgateway_url: Optional[str],
+    settings: Optional[OperatorSettings] = None,
 ) -> tuple[list[dict], Optional[dict]]:
     """(pods, headless service or None) of one trial. `owner` is an ownerReference to the job."""
     settings = settings or current_settings()
     gpus = config.gpus or spec.resources.gpu_budget
     per_node = spec.resources.gpus_per_node
     n = ranks_for(gpus, per_node)
-    tspec = trial_spec_for(namespace, job, trial, spec, config, steps, warmup, seed=seed_for(trial),
-                           pushgateway_url=pushgateway_url)
-    labels = {LABEL_JOB: job, LABEL_TRIAL: trial, "app.kubernetes.io/name": "rltune-trial",
-              "app.kubernetes.io/managed-by": "rltune"}
+    tspec = trial_spec_for(
+        namespace, job, trial, spec, config, steps, warmup, seed=seed_for(trial), pushgateway_url=pushgateway_url
+    )
+    labels = {
+        LABEL_JOB: job,
+        LABEL_TRIAL: trial,
+        "app.kubernetes.io/name": "rltune-trial",
+        "app.kubernetes.io/managed-by": "rltune",
+    }
     owners = [owner] if owner else []
     svc = None
     if n > 1:
         svc = {
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": service_name(job, trial), "namespace": namespace, "labels": dict(labels),
-                         "ownerReferences": copy.deepcopy(owners)},
-            "spec": {"clusterIP": "None", "selector": {LABEL_JOB: job, LABEL_TRIAL: trial},
-                     "ports": [{"name": "rendezvous", "port": MASTER_PORT}], "publishNotReadyAddresses": True},
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": service_name(job, trial),
+                "namespace": namespace,
+                "labels": dict(labels),
+                "ownerReferences": copy.deepcopy(owners),
+            },
+            "spec": {
+                "clusterIP": "None",
+                "selector": {LABEL_JOB: job, LABEL_TRIAL: trial},
+                "ports": [{"name": "rendezvous", "port": MASTER_PORT}],
+                "publishNotReadyAddresses": True,
+            },
         }
     node_selector = pool_selector(spec, settings)
-    affinity = (product_affinity(spec.resources.gpu_type)
-                if uses_gpu_resource(spec) and spec.resources.gpu_product_affinity else None)
+    affinity = (
+        product_affinity(spec.resources.gpu_type)
+        if uses_gpu_resource(spec) and spec.resources.gpu_product_affinity
+        else None
+    )
     tolerations = tolerations_for(spec, settings)
     wl = spec.workload
     pods = []
@@ -248,14 +293,19 @@ def trial_manifests(
             {"name": "RANK", "value": str(rank)},
             {"name": "NODE_RANK", "value": str(rank)},
             {"name": "WORLD_SIZE", "value": str(n)},
-            {"name": "MASTER_ADDR", "value": (f"{pod_name(job, trial, 0)}.{service_name(job, trial)}"
-                                              f".{namespace}.svc" if n > 1 else "127.0.0.1")},
+            {
+                "name": "MASTER_ADDR",
+                "value": (
+                    f"{pod_name(job, trial, 0)}.{service_name(job, trial)}.{namespace}.svc" if n > 1 else "127.0.0.1"
+                ),
+            },
             {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
         ]
         if pushgateway_url:
             env.append({"name": "RLTUNE_PUSHGATEWAY_URL", "value": pushgateway_url})
         container: dict[str, Any] = {
-            "name": "trial", "image": wl.image,
+            "name": "trial",
+            "image": wl.image,
             "command": list(wl.command or DEFAULT_COMMAND),
             "env": env,
             "terminationMessagePolicy": "FallbackToLogsOnError",
@@ -285,14 +335,20 @@ def trial_manifests(
             pod_spec["subdomain"] = service_name(job, trial)
         if spec.resources.pod_template:
             pod_spec = merge_pod_spec(pod_spec, spec.resources.pod_template)
-        pods.append({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace,
-                         "labels": labels | {LABEL_RANK: str(rank)},
-                         "annotations": {ANNOTATION_GPUS: str(gpus)},
-                         "ownerReferences": copy.deepcopy(owners)},
-            "spec": pod_spec,
-        })
+        pods.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": namespace,
+                    "labels": labels | {LABEL_RANK: str(rank)},
+                    "annotations": {ANNOTATION_GPUS: str(gpus)},
+                    "ownerReferences": copy.deepcopy(owners),
+                },
+                "spec": pod_spec,
+            }
+        )
     return pods, svc
 
 

@@ -20,8 +20,10 @@ from ..settings import current as settings
 def prometheus_url(spec_url: Optional[str]) -> str:
     url = spec_url or settings().prometheus.url
     if not url:
-        raise MetricsError("no Prometheus URL: set the chart value prometheus.url (env RLTUNE_PROMETHEUS_URL) "
-                           "or the job's spec.metrics.prometheusUrl")
+        raise MetricsError(
+            "no Prometheus URL: set the chart value prometheus.url (env RLTUNE_PROMETHEUS_URL) "
+            "or the job's spec.metrics.prometheusUrl"
+        )
     return url.rstrip("/")
 
 
@@ -55,20 +57,24 @@ def _q(v: str) -> str:
 def trial_query(namespace: str, job: str, trial: str, overrides: Optional[dict[str, str]] = None) -> str:
     names = sorted({name(c, overrides) for c in STEP_METRICS})
     regex = "|".join(re.escape(n) for n in names)
-    return (f'{{__name__=~"{_q(regex)}", namespace="{_q(namespace)}", rltune_job="{_q(job)}", '
-            f'trial="{_q(trial)}"}}')
+    return f'{{__name__=~"{_q(regex)}", namespace="{_q(namespace)}", rltune_job="{_q(job)}", trial="{_q(trial)}"}}'
 
 
 class MetricsError(RuntimeError):
     pass
 
 
-def query_trial(prom: str, namespace: str, job: str, trial: str,
-                overrides: Optional[dict[str, str]] = None, timeout: float = 10.0) -> list[StepRecord]:
+def query_trial(
+    prom: str, namespace: str, job: str, trial: str, overrides: Optional[dict[str, str]] = None, timeout: float = 10.0
+) -> list[StepRecord]:
     """Every step the trial has reported so far (warm-up steps included, flagged)."""
     try:
-        r = requests.get(f"{prom}/api/v1/query", params={"query": trial_query(namespace, job, trial, overrides)},
-                         timeout=timeout, **_auth(prom))
+        r = requests.get(
+            f"{prom}/api/v1/query",
+            params={"query": trial_query(namespace, job, trial, overrides)},
+            timeout=timeout,
+            **_auth(prom),
+        )
         r.raise_for_status()
         body = r.json()
     except (requests.RequestException, ValueError) as e:
@@ -84,8 +90,10 @@ def query_trial(prom: str, namespace: str, job: str, trial: str,
 
 
 def delete_group(pgw: str, namespace: str, job: str, trial: str, timeout: float = 5.0) -> bool:
-    path = "/".join(f"{k}/{quote(v, safe='')}" for k, v in
-                    (("job", PUSH_JOB), ("namespace", namespace), ("rltune_job", job), ("trial", trial)))
+    path = "/".join(
+        f"{k}/{quote(v, safe='')}"
+        for k, v in (("job", PUSH_JOB), ("namespace", namespace), ("rltune_job", job), ("trial", trial))
+    )
     try:
         r = requests.delete(f"{pgw}/metrics/{path}", timeout=timeout)
         return r.status_code in (200, 202, 404)
@@ -93,11 +101,14 @@ def delete_group(pgw: str, namespace: str, job: str, trial: str, timeout: float 
         return False
 
 
-def trial_reason(prom: str, namespace: str, job: str, trial: str,
-                 overrides: Optional[dict[str, str]] = None, timeout: float = 5.0) -> Optional[str]:
+def trial_reason(
+    prom: str, namespace: str, job: str, trial: str, overrides: Optional[dict[str, str]] = None, timeout: float = 5.0
+) -> Optional[str]:
     """The failure reason a trial exported (rltune_trial_info's `reason` label), if any."""
-    q = (f'{name("trial_info", overrides)}{{namespace="{_q(namespace)}", rltune_job="{_q(job)}", '
-         f'trial="{_q(trial)}", reason!=""}}')
+    q = (
+        f'{name("trial_info", overrides)}{{namespace="{_q(namespace)}", rltune_job="{_q(job)}", '
+        f'trial="{_q(trial)}", reason!=""}}'
+    )
     try:
         r = requests.get(f"{prom}/api/v1/query", params={"query": q}, timeout=timeout, **_auth(prom))
         r.raise_for_status()

@@ -64,7 +64,9 @@ class Cluster(Protocol):
 
 class Metrics(Protocol):
     def steps(self, prom_url: str, namespace: str, job: str, trial: str, overrides: Optional[dict]) -> list: ...
-    def reason(self, prom_url: str, namespace: str, job: str, trial: str, overrides: Optional[dict]) -> Optional[str]: ...
+    def reason(
+        self, prom_url: str, namespace: str, job: str, trial: str, overrides: Optional[dict]
+    ) -> Optional[str]: ...
 
 
 class PromMetrics:
@@ -128,11 +130,16 @@ def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
 
 
 class Reconciler:
-    def __init__(self, cluster: Cluster, metrics: Optional[Metrics] = None,
-                 emit: Optional[Callable[[dict, str, str, str], None]] = None,
-                 on_trial_started: Optional[Callable[[str], None]] = None,
-                 on_trial_finished: Optional[Callable[[str], None]] = None,
-                 clock: Callable[[], float] = time.time, settings: Optional[OperatorSettings] = None):
+    def __init__(
+        self,
+        cluster: Cluster,
+        metrics: Optional[Metrics] = None,
+        emit: Optional[Callable[[dict, str, str, str], None]] = None,
+        on_trial_started: Optional[Callable[[str], None]] = None,
+        on_trial_finished: Optional[Callable[[str], None]] = None,
+        clock: Callable[[], float] = time.time,
+        settings: Optional[OperatorSettings] = None,
+    ):
         self.cluster = cluster
         self.settings = settings or current_settings()
         self.metrics = metrics or PromMetrics()
@@ -170,8 +177,9 @@ class Reconciler:
             refused: dict[str, L.Observation] = {}
             create = []
             for t in d.status.trials:
-                if t.state == TrialState.PENDING and len(pods_by_trial.get(t.id, [])) < \
-                        P.ranks_for(t.gpus or 1, spec.resources.gpus_per_node):
+                if t.state == TrialState.PENDING and len(pods_by_trial.get(t.id, [])) < P.ranks_for(
+                    t.gpus or 1, spec.resources.gpus_per_node
+                ):
                     manifests = self._manifests(body, spec, t)
                     r = self._refusal(manifests, spec.resources.gpus_per_node)
                     if r is None:
@@ -186,8 +194,14 @@ class Reconciler:
 
     # ------------------------------------------------------------------ observe
 
-    def _observe(self, spec: RLTuningJobSpec, status: RLTuningJobStatus, pods_by_trial: dict[str, list[dict]],
-                 namespace: str, name: str) -> dict[str, L.Observation]:
+    def _observe(
+        self,
+        spec: RLTuningJobSpec,
+        status: RLTuningJobStatus,
+        pods_by_trial: dict[str, list[dict]],
+        namespace: str,
+        name: str,
+    ) -> dict[str, L.Observation]:
         """What the pods and Prometheus say of each active trial. Metrics are read only where the
         lifecycle needs them: trials being scored, finishing, or (search) candidates for early stop."""
         try:
@@ -208,26 +222,49 @@ class Reconciler:
             failure = P.failure_reason(failed[0]) if failed else ""
             exported = self.metrics.reason(prom_url, namespace, name, t.id, names) if failed and prom_url else None
             steps, err = None, ""
-            if not failed and (t.state == TrialState.SCORING or (t.state == TrialState.RUNNING and (done or t.kind == "search"))):
+            if not failed and (
+                t.state == TrialState.SCORING or (t.state == TrialState.RUNNING and (done or t.kind == "search"))
+            ):
                 try:
                     steps = self.metrics.steps(prom_url, namespace, name, t.id, names) if prom_url else []
                     err = no_prom
                 except prom.MetricsError as e:
                     steps, err = [], str(e)
             out[t.id] = L.Observation(
-                placed=placed, pods=n, done=done, failure=failure, exit_code=P.exit_code(failed[0]) if failed else None,
+                placed=placed,
+                pods=n,
+                done=done,
+                failure=failure,
+                exit_code=P.exit_code(failed[0]) if failed else None,
                 exported_reason=exported,
                 pending_reason=next((P.unschedulable_message(p) for p in pods if P.unschedulable_message(p)), ""),
-                steps=steps, metrics_error=err)
+                steps=steps,
+                metrics_error=err,
+            )
         return out
 
     def _manifests(self, body: dict, spec: RLTuningJobSpec, t: TrialStatus) -> list[dict]:
         md = body["metadata"]
-        owner = {"apiVersion": body.get("apiVersion", "rltune.io/v1alpha1"), "kind": body.get("kind", "RLTuningJob"),
-                 "name": md["name"], "uid": md["uid"], "controller": True, "blockOwnerDeletion": True}
-        pods, svc = P.trial_manifests(md["namespace"], md["name"], owner, spec, t.id,
-                                      R.config_from_diff(spec.baseline, t.config), t.steps, spec.budget.warmup_steps,
-                                      prom.pushgateway_url(spec.metrics.pushgateway_url), settings=self.settings)
+        owner = {
+            "apiVersion": body.get("apiVersion", "rltune.io/v1alpha1"),
+            "kind": body.get("kind", "RLTuningJob"),
+            "name": md["name"],
+            "uid": md["uid"],
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+        pods, svc = P.trial_manifests(
+            md["namespace"],
+            md["name"],
+            owner,
+            spec,
+            t.id,
+            R.config_from_diff(spec.baseline, t.config),
+            t.steps,
+            spec.budget.warmup_steps,
+            prom.pushgateway_url(spec.metrics.pushgateway_url),
+            settings=self.settings,
+        )
         return ([svc] if svc else []) + pods
 
     def _refusal(self, manifests: list[dict], gpus_per_node: int) -> Optional[L.Refusal]:
@@ -239,23 +276,26 @@ class Reconciler:
         for m in manifests:
             r = self.cluster.refusal(m)
             if r is not None and r.permanent:
-                return L.Refusal(FailureCause.POD_REJECTED,
-                                 f"trial {m['kind'].lower()} {m['metadata']['name']} refused: {r.message}")
+                return L.Refusal(
+                    FailureCause.POD_REJECTED, f"trial {m['kind'].lower()} {m['metadata']['name']} refused: {r.message}"
+                )
             if r is not None:
                 return QUOTA_FULL
         trial_pods = [m for m in manifests if m["kind"] == "Pod"]
         nodes = self.cluster.list_nodes() if trial_pods else []
         for m in trial_pods:
-            why = placement.check_gpus_per_node(nodes, m["spec"], gpus_per_node) or \
-                placement.check_pool(nodes, m["spec"])
+            why = placement.check_gpus_per_node(nodes, m["spec"], gpus_per_node) or placement.check_pool(
+                nodes, m["spec"]
+            )
             if why:
                 return L.Refusal(FailureCause.NO_MATCHING_NODES, why)
         return None
 
     # ------------------------------------------------------------------ write
 
-    def _commit(self, body: dict, before: RLTuningJobStatus, d: L.Decisions, create: list[dict],
-                spec: Optional[RLTuningJobSpec]) -> None:
+    def _commit(
+        self, body: dict, before: RLTuningJobStatus, d: L.Decisions, create: list[dict], spec: Optional[RLTuningJobSpec]
+    ) -> None:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         after = d.status.dump()
         if after != before.dump():

@@ -17,16 +17,35 @@ from typing import Optional
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=os.environ.get("RLTUNE_CONFIG"),
-                   help="operator settings file (YAML; the Helm chart's ConfigMap); env RLTUNE_CONFIG")
-    p.add_argument("--namespace", "-n", action="append", default=[],
-                   help="namespace to watch (repeatable); default: the settings' namespaces, else all")
-    p.add_argument("--bind-address", default=os.environ.get("RLTUNE_BIND_ADDRESS", "0.0.0.0"),
-                   help="address of the metrics and health endpoints (the chart passes the pod IP)")
-    p.add_argument("--metrics-port", type=int, default=int(os.environ.get("RLTUNE_METRICS_PORT", "18080")),
-                   help="port of the operator's own Prometheus metrics (0 = off)")
-    p.add_argument("--liveness-port", type=int, default=int(os.environ.get("RLTUNE_LIVENESS_PORT", "18081")),
-                   help="port of kopf's /healthz liveness endpoint (0 = off)")
+    p.add_argument(
+        "--config",
+        default=os.environ.get("RLTUNE_CONFIG"),
+        help="operator settings file (YAML; the Helm chart's ConfigMap); env RLTUNE_CONFIG",
+    )
+    p.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        help="namespace to watch (repeatable); default: the settings' namespaces, else all",
+    )
+    p.add_argument(
+        "--bind-address",
+        default=os.environ.get("RLTUNE_BIND_ADDRESS", "0.0.0.0"),
+        help="address of the metrics and health endpoints (the chart passes the pod IP)",
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=int(os.environ.get("RLTUNE_METRICS_PORT", "18080")),
+        help="port of the operator's own Prometheus metrics (0 = off)",
+    )
+    p.add_argument(
+        "--liveness-port",
+        type=int,
+        default=int(os.environ.get("RLTUNE_LIVENESS_PORT", "18081")),
+        help="port of kopf's /healthz liveness endpoint (0 = off)",
+    )
     p.add_argument("--verbose", "-v", action="store_true")
 
 
@@ -51,8 +70,10 @@ def run(args: Optional[argparse.Namespace] = None) -> int:
 
     import kopf
 
-    from . import handlers  # noqa: F401 - registers the handlers
-    from . import selfmetrics
+    from . import (
+        handlers,  # noqa: F401 - registers the handlers
+        selfmetrics,
+    )
 
     kopf.configure(verbose=args.verbose)
     for noisy in ("kubernetes", "urllib3"):
@@ -61,14 +82,16 @@ def run(args: Optional[argparse.Namespace] = None) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     logging.getLogger("rltune.controller").info(
         "rltune operator: watching %s; Prometheus %s; Pushgateway %s",
-        ", ".join(settings.namespaces) or "all namespaces", settings.prometheus.url, settings.pushgateway_url)
+        ", ".join(settings.namespaces) or "all namespaces",
+        settings.prometheus.url,
+        settings.pushgateway_url,
+    )
     selfmetrics.serve(args.metrics_port, args.bind_address)
     kopf.run(
         standalone=True,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
-        liveness_endpoint=(f"http://{args.bind_address}:{args.liveness_port}/healthz"
-                           if args.liveness_port else None),
+        liveness_endpoint=(f"http://{args.bind_address}:{args.liveness_port}/healthz" if args.liveness_port else None),
     )
     return 0
 

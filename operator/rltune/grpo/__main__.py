@@ -19,9 +19,15 @@ def load(path: str, steps=None, staleness=None, seed=None):
     if isinstance(data, dict) and data.get("kind") == "RLTuningJob":
         job = RLTuningJobSpec.model_validate(data["spec"])
         b = job.budget
-        spec = trial_spec_for(data.get("metadata", {}).get("namespace", "default"),
-                              data.get("metadata", {}).get("name", "local"), "manual", job, job.baseline,
-                              steps=b.steps_per_trial, warmup=b.warmup_steps)
+        spec = trial_spec_for(
+            data.get("metadata", {}).get("namespace", "default"),
+            data.get("metadata", {}).get("name", "local"),
+            "manual",
+            job,
+            job.baseline,
+            steps=b.steps_per_trial,
+            warmup=b.warmup_steps,
+        )
     else:
         spec = TrialSpec.model_validate(data)
     upd = {}

@@ -59,7 +59,7 @@ def thread_plan(spec: TrialSpec, ncpu: Optional[int] = None) -> dict[str, Any]:
     plan = {"rollout_threads": r, "trainer_threads": t, "rollout_cpus": None, "trainer_cpus": None}
     if r + t <= len(cores):
         plan["rollout_cpus"] = cores[:r]
-        plan["trainer_cpus"] = cores[r:r + t]
+        plan["trainer_cpus"] = cores[r : r + t]
     return plan
 
 
@@ -78,8 +78,11 @@ def engine_kwargs(spec: TrialSpec, model_dir: str, max_model_len: int, on_gpu: b
         enable_prefix_caching=True,
     )
     if on_gpu:
-        kw.update(tensor_parallel_size=ro.tp, gpu_memory_utilization=ro.gpu_memory_utilization,
-                  enforce_eager=not ro.cuda_graphs)
+        kw.update(
+            tensor_parallel_size=ro.tp,
+            gpu_memory_utilization=ro.gpu_memory_utilization,
+            enforce_eager=not ro.cuda_graphs,
+        )
     else:
         kw.update(enforce_eager=True)  # CPU: no CUDA graphs; torch.compile warm-up costs minutes on 2 cores
     return kw
@@ -107,7 +110,7 @@ def token_logprobs(model, seqs: list[list[int]], starts: list[int], device) -> l
     ids, mask = _pad_batch(seqs, device)
     logits = model(input_ids=ids, attention_mask=mask).logits.float()
     lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
-    return [lp[r, starts[r] - 1: len(seqs[r]) - 1] for r in range(len(seqs))]
+    return [lp[r, starts[r] - 1 : len(seqs[r]) - 1] for r in range(len(seqs))]
 
 
 def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
@@ -149,7 +152,7 @@ def pretrain(model, task: ReverseTask, seed: int, device) -> dict[str, float]:
     t0 = time.perf_counter()
     acc = 0.0
     steps = 0
-    for steps in range(1, PRETRAIN_MAX_STEPS + 1):
+    for steps in range(1, PRETRAIN_MAX_STEPS + 1):  # noqa: B007 - the count is read after the loop
         pairs = task.supervised_batch(rng, PRETRAIN_BATCH, PRETRAIN_NOISE)
         clean = [task.target(p) for p, _ in pairs]
         seqs = [p + r for p, r in pairs]
@@ -160,7 +163,7 @@ def pretrain(model, task: ReverseTask, seed: int, device) -> dict[str, float]:
         tgt = ids[:, 1:]
         sel = torch.zeros_like(tgt, dtype=torch.bool)
         for r, (s, n) in enumerate(zip(starts, map(len, seqs))):
-            sel[r, s - 1: n - 1] = True
+            sel[r, s - 1 : n - 1] = True
         nll = -lp.gather(-1, tgt[..., None])[..., 0][sel]
         loss = nll.mean()
         opt.zero_grad(set_to_none=True)
@@ -183,10 +186,23 @@ def warm_start(model, cfg: dict, task: ReverseTask, seed: int, device) -> dict[s
     import torch
 
     where = os.environ.get("RLTUNE_GRPO_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "rltune", "grpo"))
-    key = hashlib.sha256(json.dumps({
-        "cfg": cfg, "digits": task.max_digits, "seed": seed, "noise": PRETRAIN_NOISE, "acc": PRETRAIN_TARGET_ACC,
-        "lr": PRETRAIN_LR, "batch": PRETRAIN_BATCH, "max": PRETRAIN_MAX_STEPS, "torch": torch.__version__, "v": 1,
-    }, sort_keys=True).encode()).hexdigest()[:24]
+    key = hashlib.sha256(
+        json.dumps(
+            {
+                "cfg": cfg,
+                "digits": task.max_digits,
+                "seed": seed,
+                "noise": PRETRAIN_NOISE,
+                "acc": PRETRAIN_TARGET_ACC,
+                "lr": PRETRAIN_LR,
+                "batch": PRETRAIN_BATCH,
+                "max": PRETRAIN_MAX_STEPS,
+                "torch": torch.__version__,
+                "v": 1,
+            },
+            sort_keys=True,
+        ).encode()
+    ).hexdigest()[:24]
     path = os.path.join(where, f"warm-{key}.pt") if where != "off" else None
     if path and os.path.exists(path):
         try:
@@ -252,10 +268,15 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
         model_dir = write_model_dir(cfg, os.path.join(tmpdir.name, "model"))
         rcfg = {
             "engine": engine_kwargs(spec, model_dir, max_len + 8, on_gpu),
-            "threads": plan["rollout_threads"], "cpus": plan["rollout_cpus"],
-            "steps": spec.steps, "staleness": spec.config.async_.staleness,
-            "prompts": task_spec.prompts_per_step, "samples": task_spec.samples_per_prompt,
-            "seed": spec.seed, "max_digits": task.max_digits, "ppid": os.getpid(),
+            "threads": plan["rollout_threads"],
+            "cpus": plan["rollout_cpus"],
+            "steps": spec.steps,
+            "staleness": spec.config.async_.staleness,
+            "prompts": task_spec.prompts_per_step,
+            "samples": task_spec.samples_per_prompt,
+            "seed": spec.seed,
+            "max_digits": task.max_digits,
+            "ppid": os.getpid(),
         }
         from .rollout import engine_env, rollout_main
 
@@ -355,17 +376,29 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
             duration = time.perf_counter() - t_step
             phases = {p: 0.0 for p in PHASES}
             phases.update(
-                generation=batch["generation"], generation_tail=batch["generation_tail"],
-                old_logprob=old_lp_s, training=training_s, weight_sync=publish_s + batch["weight_sync"],
-                waiting=waiting, rollout_idle=batch["rollout_idle"],
+                generation=batch["generation"],
+                generation_tail=batch["generation_tail"],
+                old_logprob=old_lp_s,
+                training=training_s,
+                weight_sync=publish_s + batch["weight_sync"],
+                waiting=waiting,
+                rollout_idle=batch["rollout_idle"],
             )
-            emit(StepRecord(
-                step=k, duration=duration, phases=phases,
-                generated_tokens=float(sum(n_resp)), trained_tokens=float(sum(len(s) for s in seqs)),
-                staleness=float(k - batch["version"]), reward=float(np.mean(rewards)),
-                logprob_mismatch=mismatch, kv_usage=float(batch["kv_usage"]),
-                preemptions=float(batch["preemptions"]), warmup=k < spec.warmup_steps,
-            ))
+            emit(
+                StepRecord(
+                    step=k,
+                    duration=duration,
+                    phases=phases,
+                    generated_tokens=float(sum(n_resp)),
+                    trained_tokens=float(sum(len(s) for s in seqs)),
+                    staleness=float(k - batch["version"]),
+                    reward=float(np.mean(rewards)),
+                    logprob_mismatch=mismatch,
+                    kv_usage=float(batch["kv_usage"]),
+                    preemptions=float(batch["preemptions"]),
+                    warmup=k < spec.warmup_steps,
+                )
+            )
         weight_q.put(("stop",))
         proc.join(timeout=60)
         if proc.is_alive():
@@ -440,9 +473,9 @@ def _get(out_q, proc, timeout: float, kind: str) -> Any:
             msg = out_q.get(timeout=1.0)
         except queue.Empty:
             if not proc.is_alive():
-                raise RuntimeError(f"rollout process died (exit code {proc.exitcode}) before sending {kind}")
+                raise RuntimeError(f"rollout process died (exit code {proc.exitcode}) before sending {kind}") from None
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no {kind} from the rollout process within {timeout:.0f} s")
+                raise TimeoutError(f"no {kind} from the rollout process within {timeout:.0f} s") from None
             continue
         if msg[0] == "error":
             import sys

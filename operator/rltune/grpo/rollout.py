@@ -73,8 +73,7 @@ def _serve(cfg: dict[str, Any], weight_q, out_q) -> None:
             return orig(*a, **kw)
 
         sched._preempt_request = counted
-    out_q.put(("ready", {"init_seconds": time.perf_counter() - t0,
-                         "kv_tokens": _kv_capacity_tokens(engine)}))
+    out_q.put(("ready", {"init_seconds": time.perf_counter() - t0, "kv_tokens": _kv_capacity_tokens(engine)}))
 
     version = -1
     for k in range(cfg["steps"]):
@@ -120,7 +119,11 @@ def _serve(cfg: dict[str, Any], weight_q, out_q) -> None:
                 # per-request generators crash the CPU backend when a prompt's prefill is split across
                 # engine steps (small maxNumBatchedTokens): "CPU Generator does not use offset".
                 sp = SamplingParams(
-                    n=1, max_tokens=task.max_response_len, temperature=1.0, logprobs=0, stop_token_ids=[EOS],
+                    n=1,
+                    max_tokens=task.max_response_len,
+                    temperature=1.0,
+                    logprobs=0,
+                    stop_token_ids=[EOS],
                     detokenize=False,
                 )
                 engine.add_request(f"{k}-{i}-{j}", TokensPrompt(prompt_token_ids=p), sp)
@@ -141,14 +144,25 @@ def _serve(cfg: dict[str, Any], weight_q, out_q) -> None:
                 o = done[f"{k}-{i}-{j}"][1].outputs[0]
                 toks = list(o.token_ids)
                 lps = [float(d[t].logprob) for t, d in zip(toks, o.logprobs)]
-                samples.append({"prompt": i, "prompt_ids": p, "response": toks, "logprobs": lps,
-                                "reward": task.reward(p, toks)})
-        out_q.put(("batch", {
-            "step": k, "version": version, "samples": samples,
-            "generation": t_end - t_gen, "generation_tail": max(0.0, t_end - median),
-            "weight_sync": sync, "rollout_idle": idle, "kv_usage": kv_peak,
-            "preemptions": counters["preemptions"] - start_pre,
-        }))
+                samples.append(
+                    {"prompt": i, "prompt_ids": p, "response": toks, "logprobs": lps, "reward": task.reward(p, toks)}
+                )
+        out_q.put(
+            (
+                "batch",
+                {
+                    "step": k,
+                    "version": version,
+                    "samples": samples,
+                    "generation": t_end - t_gen,
+                    "generation_tail": max(0.0, t_end - median),
+                    "weight_sync": sync,
+                    "rollout_idle": idle,
+                    "kv_usage": kv_peak,
+                    "preemptions": counters["preemptions"] - start_pre,
+                },
+            )
+        )
 
     # Drain until the trainer says stop, so its queue feeder never blocks on a full pipe.
     while True:

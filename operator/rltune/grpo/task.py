@@ -65,8 +65,9 @@ class ReverseTask:
         hits = sum(1 for a, b in zip(response, tgt) if a == b)
         return hits / max(len(tgt), len(response), 1)
 
-    def supervised_batch(self, rng: np.random.Generator, count: int,
-                         noise: float = 0.0) -> list[tuple[list[int], list[int]]]:
+    def supervised_batch(
+        self, rng: np.random.Generator, count: int, noise: float = 0.0
+    ) -> list[tuple[list[int], list[int]]]:
         """(prompt, response) pairs for the supervised warm start; with `noise`, each response digit is
         replaced by a random digit with that probability (a weak, uncertain teacher)."""
         pairs = []

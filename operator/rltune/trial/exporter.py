@@ -21,9 +21,18 @@ BASE_LABELS = ("namespace", "rltune_job", "trial")
 
 
 class TrialExporter:
-    def __init__(self, namespace: str, job: str, trial: str, mode: str = "twin",
-                 pushgateway_url: Optional[str] = None, metrics_port: Optional[int] = None,
-                 push_interval: float = 0.2, names: Optional[dict] = None, bind: str = "0.0.0.0"):
+    def __init__(
+        self,
+        namespace: str,
+        job: str,
+        trial: str,
+        mode: str = "twin",
+        pushgateway_url: Optional[str] = None,
+        metrics_port: Optional[int] = None,
+        push_interval: float = 0.2,
+        names: Optional[dict] = None,
+        bind: str = "0.0.0.0",
+    ):
         self.labels = {"namespace": namespace, "rltune_job": job, "trial": trial}
         self.mode = mode
         self.pushgateway_url = pushgateway_url
@@ -40,12 +49,17 @@ class TrialExporter:
             extra = ("step", "phase") if contract == "step_phase_seconds" else ("step",)
             self.step_gauges[contract] = Gauge(M.name(contract, names), help_text, BASE_LABELS + extra, registry=reg)
         steps_name = M.name("trial_steps_total", names)
-        self.steps = Counter(steps_name[:-6] if steps_name.endswith("_total") else steps_name,
-                             M.TRIAL_METRICS["trial_steps_total"], BASE_LABELS, registry=reg)
+        self.steps = Counter(
+            steps_name[:-6] if steps_name.endswith("_total") else steps_name,
+            M.TRIAL_METRICS["trial_steps_total"],
+            BASE_LABELS,
+            registry=reg,
+        )
         self.gpus = Gauge(M.name("trial_gpus", names), M.TRIAL_METRICS["trial_gpus"], BASE_LABELS, registry=reg)
         self.state = Gauge(M.name("trial_state", names), M.TRIAL_METRICS["trial_state"], BASE_LABELS, registry=reg)
-        self.info = Gauge(M.name("trial_info", names), M.TRIAL_METRICS["trial_info"],
-                          BASE_LABELS + ("mode", "reason"), registry=reg)
+        self.info = Gauge(
+            M.name("trial_info", names), M.TRIAL_METRICS["trial_info"], BASE_LABELS + ("mode", "reason"), registry=reg
+        )
         self.steps.labels(**self.labels)  # export 0 before the first step
         self.state.labels(**self.labels).set(M.TRIAL_RUNNING)
         self.info.labels(**self.labels, mode=mode, reason="").set(1)
@@ -66,8 +80,13 @@ class TrialExporter:
             self._dirty = True
             return
         try:
-            push_to_gateway(self.pushgateway_url, job=M.PUSH_JOB, registry=self.registry,
-                            grouping_key=self.grouping_key(), timeout=10)
+            push_to_gateway(
+                self.pushgateway_url,
+                job=M.PUSH_JOB,
+                registry=self.registry,
+                grouping_key=self.grouping_key(),
+                timeout=10,
+            )
             self._dirty = False
         except Exception as e:  # keep training; report on stdout (stderr is reserved for the failure line)
             self.push_errors += 1

@@ -78,8 +78,15 @@ def main(argv: Optional[list] = None) -> int:
     try:
         spec = load_spec(args.spec)
         bind = os.environ.get("RLTUNE_METRICS_BIND", "0.0.0.0")
-        exporter = TrialExporter(spec.namespace, spec.job, spec.trial, mode=spec.mode,
-                                 pushgateway_url=spec.pushgateway_url, metrics_port=spec.metrics_port, bind=bind)
+        exporter = TrialExporter(
+            spec.namespace,
+            spec.job,
+            spec.trial,
+            mode=spec.mode,
+            pushgateway_url=spec.pushgateway_url,
+            metrics_port=spec.metrics_port,
+            bind=bind,
+        )
         exporter.serve()
         exporter.set_gpus(_gpus(spec))
         exporter.push(force=True)

@@ -72,8 +72,7 @@ class Proposal(TunerModel):
 def baseline_record(spec: RLTuningJobSpec, summary: Optional[TrialSummary] = None, id: str = "baseline") -> TrialRecord:
     """The baseline as a TrialRecord; pass the measured summary once the baseline trial ran."""
     cfg = explicit(spec.baseline, spec.resources.gpu_budget, spec.resources.gpus_per_node)
-    rec = TrialRecord(id=id, config=cfg, gpus=spec.baseline.gpus or spec.resources.gpu_budget,
-                      state=TrialState.PENDING)
+    rec = TrialRecord(id=id, config=cfg, gpus=spec.baseline.gpus or spec.resources.gpu_budget, state=TrialState.PENDING)
     if summary is not None:
         rec = Tuner(spec, rec, []).judge(rec, summary)
     return rec
@@ -91,7 +90,11 @@ class Tuner:
         if baseline.summary is not None and not baseline.summary.failed:
             obs.append((baseline.config, baseline.summary))
         for r in self.history:
-            if r.summary is not None and not r.summary.failed and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED, TrialState.STOPPED):
+            if (
+                r.summary is not None
+                and not r.summary.failed
+                and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED, TrialState.STOPPED)
+            ):
                 obs.append((r.config, r.summary))
         ooms = [(r.config, r.reason) for r in self.history if r.cause == FailureCause.OUT_OF_MEMORY]
         self.forecaster = Forecaster(spec, obs, ooms)
@@ -121,8 +124,9 @@ class Tuner:
             if ("mismatch" in bad or "nan" in bad) and fp8:
                 bans.append((f"fp8 rollout broke {'/'.join(bad)} in {r.id}", lambda c: c["rollout.fp8"]))
             elif ("mismatch" in bad or "staleness" in bad or "reward" in bad) and st >= 1:
-                bans.append((f"staleness >= {st} broke {'/'.join(bad)} in {r.id}",
-                             lambda c, st=st: c["async.staleness"] >= st))
+                bans.append(
+                    (f"staleness >= {st} broke {'/'.join(bad)} in {r.id}", lambda c, st=st: c["async.staleness"] >= st)
+                )
             if "reward" in bad and part:
                 bans.append((f"partial rollout broke reward in {r.id}", lambda c: c["async.partialRollout"]))
             if "reward" in bad and fp8:
@@ -150,8 +154,11 @@ class Tuner:
         return any(f(k) for _, f in self.bans)
 
     def incumbent(self) -> Optional[float]:
-        vals = [r.objective for r in [self.baseline] + self.history
-                if r.state == TrialState.SUCCEEDED and r.objective is not None]
+        vals = [
+            r.objective
+            for r in [self.baseline] + self.history
+            if r.state == TrialState.SUCCEEDED and r.objective is not None
+        ]
         return min(vals) if vals else None
 
     def _base_pred(self) -> Prediction:
@@ -159,6 +166,7 @@ class Tuner:
 
     def _addresses(self, k: dict, phases: dict, base_phases: dict) -> tuple[str, str]:
         """The bottleneck a candidate addresses: the phase group its forecast shrinks most."""
+
         def grp(ph):
             gen = ph.get("generation", 0.0)
             tail = ph.get("generation_tail", 0.0)
@@ -169,6 +177,7 @@ class Tuner:
                 "weight-sync-bound": ph.get("weight_sync", 0.0),
                 "imbalance": ph.get("waiting", 0.0) + ph.get("rollout_idle", 0.0),
             }
+
         a, b = grp(phases), grp(base_phases)
         gains = {g: b[g] - a[g] for g in a}
         best = max(gains, key=gains.get) if gains else "rollout-throughput"
@@ -181,16 +190,20 @@ class Tuner:
     # ------------------------------------------------------------------ the API
     def rank(self, limit: int = 20, gpus_free: Optional[int] = None, exclude_tried: bool = True) -> list[Proposal]:
         """Forecast-only ranking of the space (used by `rltune plan`)."""
-        cands = candidates(self.space, self.forecaster, exclude=self._excluded if exclude_tried else None,
-                           gpus_max=gpus_free)
+        cands = candidates(
+            self.space, self.forecaster, exclude=self._excluded if exclude_tried else None, gpus_max=gpus_free
+        )
         cands.sort(key=lambda c: c.objective)
         # list distinct alternatives: skip near-duplicates (within 1% and one knob value apart)
         picked: list[Candidate] = []
         for c in cands:
             if len(picked) >= limit:
                 break
-            if any(abs(c.objective - q.objective) <= 0.01 * q.objective and
-                   sum(1 for kk in c.k if c.k[kk] != q.k.get(kk)) <= 1 for q in picked):
+            if any(
+                abs(c.objective - q.objective) <= 0.01 * q.objective
+                and sum(1 for kk in c.k if c.k[kk] != q.k.get(kk)) <= 1
+                for q in picked
+            ):
                 continue
             picked.append(c)
         return [self._proposal(c, 0.0) for c in picked]
@@ -200,9 +213,17 @@ class Tuner:
         bneck, why = self._addresses(c.k, c.phases, bp.phases if bp.feasible else {})
         config = self.space.config(c.k)
         ch = {k: list(v) for k, v in config_changes(self.baseline.config, config, self.budget).items()}
-        return Proposal(config=config, gpus=c.gpus, predicted=c.step, std=c.std,
-                        predicted_objective=c.objective, changes=ch, bottleneck=bneck, rationale=why,
-                        acquisition=acq)
+        return Proposal(
+            config=config,
+            gpus=c.gpus,
+            predicted=c.step,
+            std=c.std,
+            predicted_objective=c.objective,
+            changes=ch,
+            bottleneck=bneck,
+            rationale=why,
+            acquisition=acq,
+        )
 
     def propose(self, n: int, gpus_free: int) -> list[Proposal]:
         """Up to n new configurations, none tried before, together within gpus_free GPUs (running
@@ -232,8 +253,9 @@ class Tuner:
             out.append(self._proposal(cands[i], float(acq[i])))
             free -= int(gpus[i])
             if F is None:
-                F = np.array([[features(c.k, *physics.split(c.k, self.budget, self.gpn))[x] for x in ALL_FEATS]
-                              for c in cands])
+                F = np.array(
+                    [[features(c.k, *physics.split(c.k, self.budget, self.gpn))[x] for x in ALL_FEATS] for c in cands]
+                )
             d2 = ((F - F[i]) ** 2).sum(1)
             pen = 1.0 - np.exp(-0.5 * d2 / 1.0)
             if inc is None:
@@ -261,8 +283,9 @@ class Tuner:
             rec.state = TrialState.SUCCEEDED
             if not rec.reason:
                 b = self.baseline.objective
-                rec.reason = (f"{summary.step_time_mean:.1f} s/step" +
-                              (f", {b / rec.objective:.2f}x baseline" if b and not is_base else ""))
+                rec.reason = f"{summary.step_time_mean:.1f} s/step" + (
+                    f", {b / rec.objective:.2f}x baseline" if b and not is_base else ""
+                )
         else:
             rec.state = TrialState.REJECTED
             bad = G.failed_gates(rec.gates)
@@ -306,8 +329,10 @@ class Tuner:
         if inc is not None and len(finished) >= MIN_TRIALS_BEFORE_GAIN_STOP:
             ei = expected_improvement(inc, cands)
             if float(ei.max()) < MIN_GAIN * inc:
-                return True, (f"expected gain small: best expected improvement {float(ei.max()) / inc:.2%} "
-                              f"< {MIN_GAIN:.1%} of the incumbent")
+                return True, (
+                    f"expected gain small: best expected improvement {float(ei.max()) / inc:.2%} "
+                    f"< {MIN_GAIN:.1%} of the incumbent"
+                )
         return False, "searching"
 
     def best(self) -> Optional[TrialRecord]:
@@ -323,9 +348,16 @@ class Tuner:
     def forecast_trials(self) -> list[TrialRecord]:
         """The trials the forecast error is measured on: forecast before they ran, then scored (not
         the baseline, which calibrates the forecaster)."""
-        return [r for r in self.history
-                if r.id != self.baseline.id and r.predicted and r.summary is not None and not r.summary.failed
-                and r.summary.steps > 0 and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED)]
+        return [
+            r
+            for r in self.history
+            if r.id != self.baseline.id
+            and r.predicted
+            and r.summary is not None
+            and not r.summary.failed
+            and r.summary.steps > 0
+            and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED)
+        ]
 
     def forecast_error(self) -> Optional[float]:
         """Median |predicted - measured| / measured step time over forecast_trials()."""
@@ -334,6 +366,13 @@ class Tuner:
 
     def record_for(self, trial_id: str, p: Proposal) -> TrialRecord:
         """A pending TrialRecord for a proposal."""
-        return TrialRecord(id=trial_id, config=p.config, gpus=p.gpus, predicted=p.predicted, predicted_std=p.std,
-                           state=TrialState.PENDING, bottleneck=p.bottleneck, rationale=p.rationale)
-
+        return TrialRecord(
+            id=trial_id,
+            config=p.config,
+            gpus=p.gpus,
+            predicted=p.predicted,
+            predicted_std=p.std,
+            state=TrialState.PENDING,
+            bottleneck=p.bottleneck,
+            rationale=p.rationale,
+        )

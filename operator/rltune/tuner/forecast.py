@@ -52,8 +52,13 @@ ALL_FEATS = ("lgr",) + feature_names("rollout", "async") + ("lgt",) + feature_na
 
 PRIOR_SD = 0.30  # log-space prior sd of one knob value's correction to the physics (default)
 # Which side of the step each calibrated quantity belongs to (the knobs' priors are per side).
-SIDE = {"generation": "rollout", "old_logprob": "trainer", "ref_logprob": "trainer", "training": "trainer",
-        "weight_sync": "sync"}
+SIDE = {
+    "generation": "rollout",
+    "old_logprob": "trainer",
+    "ref_logprob": "trainer",
+    "training": "trainer",
+    "weight_sync": "sync",
+}
 # Besides the knobs, the corrections see quantities derived from several knobs: the rollout and
 # trainer GPU counts (c:gr, c:gt), whether partial rollout streams (c:partial: it needs staleness
 # >= 1) and the GPU count (c:gpus). Their priors per side:
@@ -75,9 +80,12 @@ NOISE_SD = 0.07
 ROLLOUT_KNOBS_C = ("c:gr",) + calibrated("rollout") + ("c:partial",)
 TRAINER_KNOBS_C = ("c:gt",) + calibrated("trainer")
 SYNC_KNOBS_C = calibrated("sync") + ("c:gt", "c:gr")
-PHASE_KNOBS = {p: {"rollout": ROLLOUT_KNOBS_C, "trainer": TRAINER_KNOBS_C, "sync": SYNC_KNOBS_C}[side]
-               for p, side in SIDE.items()}
-ALL_KNOBS_C = tuple(dict.fromkeys(ROLLOUT_KNOBS_C + TRAINER_KNOBS_C + SYNC_KNOBS_C + ("async.partialRollout", "c:gpus")))
+PHASE_KNOBS = {
+    p: {"rollout": ROLLOUT_KNOBS_C, "trainer": TRAINER_KNOBS_C, "sync": SYNC_KNOBS_C}[side] for p, side in SIDE.items()
+}
+ALL_KNOBS_C = tuple(
+    dict.fromkeys(ROLLOUT_KNOBS_C + TRAINER_KNOBS_C + SYNC_KNOBS_C + ("async.partialRollout", "c:gpus"))
+)
 UNCALIBRATED_SD = 0.30  # relative uncertainty of the physics prior with no measurement at all
 
 
@@ -87,10 +95,17 @@ def features(k: dict, gpus: int, gt: int, gr: int) -> dict[str, float]:
     partial = bool(k["async.partialRollout"] and k["async.staleness"] >= 1)  # partial rollout streams
     eff = k | {"async.partialRollout": partial}
     enc = {f: fn(eff[kn.path]) for kn in CATALOG for f, fn in kn.features.items()}
-    return {"lgr": math.log2(max(gr, 1)), "lgt": math.log2(max(gt, 1))} | enc | {
-        c: (k.get(c) if not c.startswith("c:") else None) for c in ALL_KNOBS_C} | {
-        "c:gr": gr, "c:gt": gt, "c:gpus": gpus, "c:partial": partial,
-    }
+    return (
+        {"lgr": math.log2(max(gr, 1)), "lgt": math.log2(max(gt, 1))}
+        | enc
+        | {c: (k.get(c) if not c.startswith("c:") else None) for c in ALL_KNOBS_C}
+        | {
+            "c:gr": gr,
+            "c:gt": gt,
+            "c:gpus": gpus,
+            "c:partial": partial,
+        }
+    )
 
 
 @dataclass
@@ -109,8 +124,16 @@ class Prediction:
 class _BLR:
     """Bayesian linear regression of a log residual on knob-value indicators (see module doc)."""
 
-    def __init__(self, rows: list[dict], y: np.ndarray, knobs: tuple, base: dict, sd: float, sd0: float,
-                 noise: "float | np.ndarray" = NOISE_SD):
+    def __init__(
+        self,
+        rows: list[dict],
+        y: np.ndarray,
+        knobs: tuple,
+        base: dict,
+        sd: float,
+        sd0: float,
+        noise: "float | np.ndarray" = NOISE_SD,
+    ):
         self.knobs, self.base = knobs, base
         cols = []
         for f in rows:
@@ -123,7 +146,7 @@ class _BLR:
         X = self._x(rows)
         self.sds = sds = sd if isinstance(sd, dict) else {}
         self.sd = sd if not isinstance(sd, dict) else PRIOR_SD
-        prior = np.array([sd0 ** 2] + [sds.get(c[0], self.sd) ** 2 for c in cols])
+        prior = np.array([sd0**2] + [sds.get(c[0], self.sd) ** 2 for c in cols])
         prec = np.broadcast_to(1.0 / np.asarray(noise, dtype=float) ** 2, (len(rows),))
         A = (X.T * prec) @ X + np.diag(1.0 / prior)
         self.cov = np.linalg.inv(A)
@@ -145,16 +168,29 @@ class _BLR:
         X = self._x(rows)
         mean = X @ self.w
         var = np.einsum("ij,jk,ik->i", X, self.cov, X)
-        unseen = np.array([sum(self.sds.get(kn, self.sd) ** 2 for kn in self.knobs if f.get(kn) != self.base.get(kn)
-                               and (kn, f.get(kn)) not in self.index) for f in rows], dtype=float)
+        unseen = np.array(
+            [
+                sum(
+                    self.sds.get(kn, self.sd) ** 2
+                    for kn in self.knobs
+                    if f.get(kn) != self.base.get(kn) and (kn, f.get(kn)) not in self.index
+                )
+                for f in rows
+            ],
+            dtype=float,
+        )
         return mean, np.sqrt(var + unseen)
 
 
 class Forecaster:
     """Physics forecaster of one job, calibrated on (config, summary) observations."""
 
-    def __init__(self, spec: RLTuningJobSpec, observations: Iterable[tuple[RLConfig, TrialSummary]] = (),
-                 oom_failures: Iterable[tuple[RLConfig, str]] = ()):
+    def __init__(
+        self,
+        spec: RLTuningJobSpec,
+        observations: Iterable[tuple[RLConfig, TrialSummary]] = (),
+        oom_failures: Iterable[tuple[RLConfig, str]] = (),
+    ):
         self.spec = spec
         self.model = spec.workload.model.resolved()
         self.task = spec.workload.task
@@ -169,8 +205,11 @@ class Forecaster:
         self._fences: list[tuple[str, float, float]] = []
         self.limits = physics.DEFAULT_LIMITS
         # what ran proves it fits: widen the memory limits to every measured configuration
-        lim = dict(trainer_max=physics.DEFAULT_LIMITS.trainer_max, rollout_min_free=physics.DEFAULT_LIMITS.rollout_min_free,
-                   colocated_max=physics.DEFAULT_LIMITS.colocated_max)
+        lim = dict(
+            trainer_max=physics.DEFAULT_LIMITS.trainer_max,
+            rollout_min_free=physics.DEFAULT_LIMITS.rollout_min_free,
+            colocated_max=physics.DEFAULT_LIMITS.colocated_max,
+        )
         for cfg, _ in self.obs:
             bd = self.raw(cfg.flat())
             lim["trainer_max"] = max(lim["trainer_max"], bd.trainer_mem_frac)
@@ -215,8 +254,12 @@ class Forecaster:
             return
         # a trial's own step-to-step spread sets how far its means are trusted: a straggling node
         # in one of three steps moves that trial's mean by several percent
-        noise = np.array([math.hypot(NOISE_SD, s_.step_time_std / math.sqrt(max(s_.steps, 1))
-                                     / max(s_.step_time_mean, 1e-9)) for _, s_, _, _ in rows])
+        noise = np.array(
+            [
+                math.hypot(NOISE_SD, s_.step_time_std / math.sqrt(max(s_.steps, 1)) / max(s_.step_time_mean, 1e-9))
+                for _, s_, _, _ in rows
+            ]
+        )
         base_s = rows[0][1]
         base_f = rows[0][3]
         scale = max(base_s.step_time_mean, 1e-6)
@@ -224,7 +267,7 @@ class Forecaster:
         # without partial rollout (where the tail is a stable quantity) rescales the physics' bulk
         # and tail separately, so a knob that cuts the tail is credited with the tail actually seen.
         lb, lt = [], []
-        for k, s_, bd, f in rows:
+        for _k, s_, bd, f in rows:
             if f["c:partial"]:
                 continue
             mb, mt = cal_value(s_.phases, "generation_bulk"), s_.phases.get("generation_tail", 0.0)
@@ -246,8 +289,9 @@ class Forecaster:
             eps = 0.02 * max(max(meas), 1e-9)
             self.eps[p] = eps
             y = np.array([math.log((m + eps) / (x + eps)) for m, x in zip(meas, pred)])
-            self.corrections[p] = _BLR([r[3] for r in rows], y, PHASE_KNOBS[p], base_f, KNOB_SD.get(p, PRIOR_SD), INTERCEPT_SD,
-                               noise)
+            self.corrections[p] = _BLR(
+                [r[3] for r in rows], y, PHASE_KNOBS[p], base_f, KNOB_SD.get(p, PRIOR_SD), INTERCEPT_SD, noise
+            )
         # step-level residual of the composition
         ys, Xs = [], []
         for k, s, bd, f in rows:
@@ -331,8 +375,17 @@ class Forecaster:
                 if fence:
                     bd.feasible, bd.reason = False, fence
             if not bd.feasible:
-                out[i] = Prediction(math.inf, math.inf, {}, False, bd.reason, gpus, bd.trainer_mem_frac,
-                                    bd.rollout_free_frac, bd.kv_pressure)
+                out[i] = Prediction(
+                    math.inf,
+                    math.inf,
+                    {},
+                    False,
+                    bd.reason,
+                    gpus,
+                    bd.trainer_mem_frac,
+                    bd.rollout_free_frac,
+                    bd.kv_pressure,
+                )
                 continue
             live.append((i, k, gpus))
             feats.append(features(k, gpus, gt, gr))
@@ -347,15 +400,16 @@ class Forecaster:
             step, phases = self._compose_calibrated(k, bd, f, factors, j)
             if self.calibrated and self.step_correction is not None:
                 var = 0.0
-                for p, (m, s) in factors.items():
+                for p, (_m, s) in factors.items():
                     var += (phases.get(p, 0.0) * s[j]) ** 2
                 step *= math.exp(sm[j])
                 rel = math.sqrt(var) / max(step, 1e-9)
-                std = step * math.sqrt(rel ** 2 + ss[j] ** 2)
+                std = step * math.sqrt(rel**2 + ss[j] ** 2)
             else:
                 std = step * UNCALIBRATED_SD
-            out[i] = Prediction(step, std, phases, True, "", gpus, bd.trainer_mem_frac, bd.rollout_free_frac,
-                                bd.kv_pressure)
+            out[i] = Prediction(
+                step, std, phases, True, "", gpus, bd.trainer_mem_frac, bd.rollout_free_frac, bd.kv_pressure
+            )
         return out  # type: ignore[return-value]
 
 
@@ -381,5 +435,10 @@ def _oom_side(reason: str) -> str:
 
 def is_oom(reason: str, exit_code: Optional[int] = None) -> bool:
     r = (reason or "").lower()
-    return exit_code == 137 or "out of memory" in r or "oom" in r.split() or "outofmemory" in r.replace(" ", "") \
+    return (
+        exit_code == 137
+        or "out of memory" in r
+        or "oom" in r.split()
+        or "outofmemory" in r.replace(" ", "")
         or "out-of-memory" in r
+    )

@@ -25,7 +25,6 @@ from typing import Optional
 from ..api.models import Constraints
 from .summary import TrialSummary, TunerModel
 
-
 # ----------------------------------------------------------------- Student t without scipy
 
 
@@ -93,7 +92,7 @@ def welch_one_sided(cand: list[float], base: list[float], tol: float) -> tuple[f
     if se2 <= 0 or len(cand) < 2 or len(base) < 2:
         return (0.0 if mc < thr else 1.0), float("nan"), float("nan"), thr
     t = (mc - thr) / math.sqrt(se2)
-    num = se2 ** 2
+    num = se2**2
     den = 0.0
     if len(cand) > 1:
         den += (vc / len(cand)) ** 2 / (len(cand) - 1)
@@ -126,12 +125,20 @@ def evaluate(summary: TrialSummary, baseline: Optional[TrialSummary], c: Constra
     g["nan"] = GateResult(passed=not summary.nan, detail="NaN or inf reported" if summary.nan else "all values finite")
     st = summary.max_staleness
     ok = st <= c.max_staleness + 1e-9
-    g["staleness"] = GateResult(passed=ok, detail=f"max staleness {st:g} <= {c.max_staleness}" if ok
-                                else f"max staleness {st:g} > limit {c.max_staleness}")
+    g["staleness"] = GateResult(
+        passed=ok,
+        detail=f"max staleness {st:g} <= {c.max_staleness}"
+        if ok
+        else f"max staleness {st:g} > limit {c.max_staleness}",
+    )
     mm = summary.mean_logprob_mismatch
     ok = mm <= c.max_logprob_mismatch
-    g["mismatch"] = GateResult(passed=ok, detail=f"mean log-prob mismatch {mm:.4f} <= {c.max_logprob_mismatch:g}"
-                               if ok else f"mean log-prob mismatch {mm:.4f} > limit {c.max_logprob_mismatch:g}")
+    g["mismatch"] = GateResult(
+        passed=ok,
+        detail=f"mean log-prob mismatch {mm:.4f} <= {c.max_logprob_mismatch:g}"
+        if ok
+        else f"mean log-prob mismatch {mm:.4f} > limit {c.max_logprob_mismatch:g}",
+    )
     if baseline is None or not baseline.rewards:
         g["reward"] = GateResult(passed=True, detail="no baseline rewards to compare against")
     elif not summary.rewards:
@@ -140,9 +147,11 @@ def evaluate(summary: TrialSummary, baseline: Optional[TrialSummary], c: Constra
         p, t, df, thr = welch_one_sided(summary.rewards, baseline.rewards, c.reward_tolerance)
         mc = sum(summary.rewards) / len(summary.rewards)
         mb = sum(baseline.rewards) / len(baseline.rewards)
-        g["reward"] = GateResult(passed=p >= c.reward_test_alpha,
-                                 detail=f"mean reward {mc:.4f} vs baseline {mb:.4f} (threshold {thr:.4f}, "
-                                        f"one-sided Welch p={p:.3g}, alpha={c.reward_test_alpha:g})")
+        g["reward"] = GateResult(
+            passed=p >= c.reward_test_alpha,
+            detail=f"mean reward {mc:.4f} vs baseline {mb:.4f} (threshold {thr:.4f}, "
+            f"one-sided Welch p={p:.3g}, alpha={c.reward_test_alpha:g})",
+        )
     return g
 
 

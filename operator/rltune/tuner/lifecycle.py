@@ -25,8 +25,16 @@ from typing import Optional
 
 from ..api.metrics import StepRecord
 from ..api.models import RLConfig, RLTuningJobSpec
-from ..api.status import (BaselineStatus, BestStatus, Condition, FailureCause, Phase, RLTuningJobStatus, TrialState,
-                          TrialStatus)
+from ..api.status import (
+    BaselineStatus,
+    BestStatus,
+    Condition,
+    FailureCause,
+    Phase,
+    RLTuningJobStatus,
+    TrialState,
+    TrialStatus,
+)
 from . import records as R
 
 REASON_GRACE_SECONDS = 5.0  # how long a failed trial's exported reason may take to reach the metrics store
@@ -77,8 +85,13 @@ class Decisions:
 
     def then(self, later: "Decisions") -> "Decisions":
         """This step followed by a later one (the driver's second step after a refusal)."""
-        return Decisions(later.status, self.started + later.started, self.teardown + later.teardown,
-                         self.finished + later.finished, self.events + later.events)
+        return Decisions(
+            later.status,
+            self.started + later.started,
+            self.teardown + later.teardown,
+            self.finished + later.finished,
+            self.events + later.events,
+        )
 
 
 # --------------------------------------------------------------------------- time and conditions
@@ -94,28 +107,52 @@ def parse_iso(s: Optional[str]) -> Optional[float]:
     return datetime.strptime(s, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
 
 
-def set_condition(status: RLTuningJobStatus, type_: str, value: str, reason: str, message: str,
-                  gen: int, now: float) -> None:
+def set_condition(
+    status: RLTuningJobStatus, type_: str, value: str, reason: str, message: str, gen: int, now: float
+) -> None:
     for c in status.conditions:
         if c.type == type_:
             if c.status != value:
                 c.last_transition_time = now_iso(now)
             c.status, c.reason, c.message, c.observed_generation = value, reason, message[:1000], gen  # type: ignore[assignment]
             return
-    status.conditions.append(Condition(type=type_, status=value, reason=reason, message=message[:1000],  # type: ignore[arg-type]
-                                       last_transition_time=now_iso(now), observed_generation=gen))
+    status.conditions.append(
+        Condition(
+            type=type_,
+            status=value,
+            reason=reason,
+            message=message[:1000],  # type: ignore[arg-type]
+            last_transition_time=now_iso(now),
+            observed_generation=gen,
+        )
+    )
 
 
-def set_phase(status: RLTuningJobStatus, phase: Phase, message: str, gen: int, now: float,
-              failure: Optional[tuple[str, str]] = None, complete: Optional[tuple[str, str]] = None) -> None:
+def set_phase(
+    status: RLTuningJobStatus,
+    phase: Phase,
+    message: str,
+    gen: int,
+    now: float,
+    failure: Optional[tuple[str, str]] = None,
+    complete: Optional[tuple[str, str]] = None,
+) -> None:
     """The phase and every condition that follows from it (kstatus Ready/Reconciling/Stalled too)."""
     status.phase = phase
     status.message = message[:500]
-    set_condition(status, "Ready", "True" if phase == Phase.SUCCEEDED else "False",
-                  (complete or failure or (phase, ""))[0], message, gen, now)
+    set_condition(
+        status,
+        "Ready",
+        "True" if phase == Phase.SUCCEEDED else "False",
+        (complete or failure or (phase, ""))[0],
+        message,
+        gen,
+        now,
+    )
     set_condition(status, "Reconciling", "False" if phase.is_terminal else "True", phase, message, gen, now)
-    set_condition(status, "Stalled", "True" if phase == Phase.FAILED else "False",
-                  (failure or (phase, ""))[0], message, gen, now)
+    set_condition(
+        status, "Stalled", "True" if phase == Phase.FAILED else "False", (failure or (phase, ""))[0], message, gen, now
+    )
     if phase.is_terminal:
         status.completed_at = status.completed_at or now_iso(now)
         set_condition(status, "Progressing", "False", phase, message, gen, now)
@@ -136,8 +173,11 @@ def refuse_spec(status: RLTuningJobStatus, reason: str, message: str, gen: int, 
     """The spec cannot run (invalid, unsupported, against policy): the job fails before any trial."""
     status = status.model_copy(deep=True)
     status.started_at = status.started_at or now_iso(now)
-    events = [] if status.observed_generation == gen and status.phase == Phase.FAILED else \
-        [Event("Warning", reason, message)]
+    events = (
+        []
+        if status.observed_generation == gen and status.phase == Phase.FAILED
+        else [Event("Warning", reason, message)]
+    )
     status.observed_generation = gen
     set_phase(status, Phase.FAILED, message, gen, now, failure=(reason, message))
     set_condition(status, "SpecValid", "False", reason, message, gen, now)
@@ -147,8 +187,13 @@ def refuse_spec(status: RLTuningJobStatus, reason: str, message: str, gen: int, 
 # --------------------------------------------------------------------------- the step
 
 
-def step(spec: RLTuningJobSpec, status: RLTuningJobStatus, observations: dict[str, Observation], now: float,
-         generation: int = 1) -> Decisions:
+def step(
+    spec: RLTuningJobSpec,
+    status: RLTuningJobStatus,
+    observations: dict[str, Observation],
+    now: float,
+    generation: int = 1,
+) -> Decisions:
     """One pass of the lifecycle. Pure: `status` is not modified; the new one is in the result."""
     lc = _Lifecycle(spec, status.model_copy(deep=True), now, generation)
     lc.run(observations)
@@ -223,13 +268,28 @@ class _Lifecycle:
 
     # ---------------------------------------------------------------- trials
 
-    def add_trial(self, trial_id: str, kind: str, config: RLConfig, steps: int, predicted=None,
-                  predicted_std=None, of: Optional[str] = None) -> TrialStatus:
-        t = TrialStatus(id=trial_id, kind=kind, of=of, config=R.config_diff(self.spec.baseline, config),  # type: ignore[arg-type]
-                        gpus=R.gpus_of(self.spec, config), steps=steps,
-                        predicted_seconds=None if predicted is None else round(float(predicted), 4),
-                        predicted_std=None if predicted_std is None else round(float(predicted_std), 4),
-                        state=TrialState.PENDING, created_at=now_iso(self.now))
+    def add_trial(
+        self,
+        trial_id: str,
+        kind: str,
+        config: RLConfig,
+        steps: int,
+        predicted=None,
+        predicted_std=None,
+        of: Optional[str] = None,
+    ) -> TrialStatus:
+        t = TrialStatus(
+            id=trial_id,
+            kind=kind,
+            of=of,
+            config=R.config_diff(self.spec.baseline, config),  # type: ignore[arg-type]
+            gpus=R.gpus_of(self.spec, config),
+            steps=steps,
+            predicted_seconds=None if predicted is None else round(float(predicted), 4),
+            predicted_std=None if predicted_std is None else round(float(predicted_std), 4),
+            state=TrialState.PENDING,
+            created_at=now_iso(self.now),
+        )
         self.status.trials.append(t)
         self.decisions.started.append(trial_id)
         changed = ", ".join(f"{k}={v}" for k, v in sorted(t.config.items())) or "the baseline configuration"
@@ -253,8 +313,9 @@ class _Lifecycle:
     def start_baseline(self) -> None:
         if not any(t.kind == "baseline" for t in self.status.trials):
             self.add_trial("baseline", "baseline", self.spec.baseline, self.spec.budget.steps_per_trial)
-        self.status.baseline = self.status.baseline or BaselineStatus(state=TrialState.PENDING,
-                                                                      gpus=R.gpus_of(self.spec, self.spec.baseline))
+        self.status.baseline = self.status.baseline or BaselineStatus(
+            state=TrialState.PENDING, gpus=R.gpus_of(self.spec, self.spec.baseline)
+        )
         self.phase(Phase.PROFILING, "profiling the baseline")
 
     def advance(self, t: TrialStatus, obs: Observation) -> None:
@@ -268,8 +329,12 @@ class _Lifecycle:
                 t.state, t.started_at = TrialState.RUNNING, now_iso(self.now)
             elif self.now - created > budget.schedule_timeout_seconds:
                 n = f"not all {obs.pods} pods scheduled within {budget.schedule_timeout_seconds}s"
-                self.finish(t, TrialState.UNSCHEDULABLE, n + (f": {obs.pending_reason}" if obs.pending_reason else ""),
-                            FailureCause.UNSCHEDULABLE)
+                self.finish(
+                    t,
+                    TrialState.UNSCHEDULABLE,
+                    n + (f": {obs.pending_reason}" if obs.pending_reason else ""),
+                    FailureCause.UNSCHEDULABLE,
+                )
                 return
             else:
                 return
@@ -281,9 +346,12 @@ class _Lifecycle:
             if obs.done:
                 t.state, t.finished_at = TrialState.SCORING, now_iso(self.now)
             elif self.now - started > budget.trial_timeout_seconds:
-                self.finish(t, TrialState.TIMED_OUT,
-                            f"ran longer than budget.trialTimeoutSeconds={budget.trial_timeout_seconds}",
-                            FailureCause.TIMED_OUT)
+                self.finish(
+                    t,
+                    TrialState.TIMED_OUT,
+                    f"ran longer than budget.trialTimeoutSeconds={budget.trial_timeout_seconds}",
+                    FailureCause.TIMED_OUT,
+                )
                 return
             else:
                 if t.kind == "search":
@@ -314,8 +382,9 @@ class _Lifecycle:
                 if self.status.baseline is not None:
                     self.status.baseline.state, self.status.baseline.reason = TrialState.UNSCHEDULABLE, r.message[:300]
                 set_condition(self.status, "PodsSchedulable", "False", "NoMatchingNodes", r.message, self.gen, self.now)
-                self.phase(Phase.FAILED, f"no node can run the baseline: {r.message}",
-                           failure=("NoMatchingNodes", r.message))
+                self.phase(
+                    Phase.FAILED, f"no node can run the baseline: {r.message}", failure=("NoMatchingNodes", r.message)
+                )
             return
         self.finish(t, TrialState.FAILED, r.message, r.cause)
         for other in self.active():
@@ -345,10 +414,13 @@ class _Lifecycle:
         if len(steps) < t.steps:
             finished = parse_iso(t.finished_at) or self.now
             if self.now - finished > budget.metrics_timeout_seconds:
-                self.finish(t, TrialState.METRICS_UNAVAILABLE,
-                            f"{len(steps)} of {t.steps} steps reported within {budget.metrics_timeout_seconds}s"
-                            + (f" ({obs.metrics_error})" if obs.metrics_error else ""),
-                            FailureCause.METRICS_UNAVAILABLE)
+                self.finish(
+                    t,
+                    TrialState.METRICS_UNAVAILABLE,
+                    f"{len(steps)} of {t.steps} steps reported within {budget.metrics_timeout_seconds}s"
+                    + (f" ({obs.metrics_error})" if obs.metrics_error else ""),
+                    FailureCause.METRICS_UNAVAILABLE,
+                )
             return
         summary = summarize(steps)
         if t.kind == "baseline":
@@ -356,8 +428,9 @@ class _Lifecycle:
             t.measured_seconds = round(summary.step_time_mean, 4) if summary.steps else None
             t.objective = R.objective_of(self.spec, summary.step_time_mean, t.gpus) if summary.steps else None
             if summary.failed or not summary.steps:
-                self.finish(t, TrialState.FAILED, "the baseline reported no steady-state step",
-                            FailureCause.NO_STEADY_STATE)
+                self.finish(
+                    t, TrialState.FAILED, "the baseline reported no steady-state step", FailureCause.NO_STEADY_STATE
+                )
             else:
                 self.finish(t, TrialState.SUCCEEDED, "")
             return
@@ -395,8 +468,11 @@ class _Lifecycle:
         self.status.baseline = bs
         if base.state != TrialState.SUCCEEDED:
             if self.status.phase != Phase.FAILED:
-                self.phase(Phase.FAILED, f"the baseline failed: {base.reason}",
-                           failure=("BaselineFailed", f"baseline trial {base.state}: {base.reason}"))
+                self.phase(
+                    Phase.FAILED,
+                    f"the baseline failed: {base.reason}",
+                    failure=("BaselineFailed", f"baseline trial {base.state}: {base.reason}"),
+                )
             return
         from .profile import profile
 
@@ -407,8 +483,11 @@ class _Lifecycle:
         bs.breakdown = {k: round(v, 4) for k, v in summary.phases.items()}
         bs.bottleneck = prof.bottleneck
         bs.evidence = [e.strip()[:200] for e in prof.evidence.split(";") if e.strip()][:16] or None
-        self.info("Profiled", f"baseline {bs.step_seconds:.1f}s/step on {base.gpus} GPUs, "
-                              f"bottleneck {bs.bottleneck}: {'; '.join(bs.evidence or [])}"[:1000])
+        self.info(
+            "Profiled",
+            f"baseline {bs.step_seconds:.1f}s/step on {base.gpus} GPUs, "
+            f"bottleneck {bs.bottleneck}: {'; '.join(bs.evidence or [])}"[:1000],
+        )
         self.phase(Phase.SEARCHING, f"baseline {bs.step_seconds:.1f}s/step, bottleneck {bs.bottleneck}: searching")
 
     def search(self) -> None:
@@ -417,13 +496,16 @@ class _Lifecycle:
         failed = sum(1 for t in search if t.state.is_failure)
         if failed >= budget.max_failed_trials:
             self.teardown_all()
-            self.phase(Phase.FAILED, f"{failed} trials failed (budget.maxFailedTrials={budget.max_failed_trials})",
-                       failure=("TooManyFailedTrials", f"{failed} failed trials; last: {search[-1].reason}"))
+            self.phase(
+                Phase.FAILED,
+                f"{failed} trials failed (budget.maxFailedTrials={budget.max_failed_trials})",
+                failure=("TooManyFailedTrials", f"{failed} failed trials; last: {search[-1].reason}"),
+            )
             return
         active = self.active("search")
         done = len(search) - len(active)
         left = budget.max_trials - done - len(active)
-        tuner_done, why = (self.tuner().done() if left > 0 else (False, ""))
+        tuner_done, why = self.tuner().done() if left > 0 else (False, "")
         if left > 0 and not tuner_done:
             slots = min(budget.parallel_trials - len(active), left)
             gpus_free = self.spec.resources.gpu_budget - sum(t.gpus for t in self.active())
@@ -434,8 +516,9 @@ class _Lifecycle:
                     if g > gpus_free:
                         continue
                     gpus_free -= g
-                    self.add_trial(f"t{st.next_trial}", "search", p.config, budget.steps_per_trial,
-                                   p.predicted, p.predicted_std)
+                    self.add_trial(
+                        f"t{st.next_trial}", "search", p.config, budget.steps_per_trial, p.predicted, p.predicted_std
+                    )
                     st.next_trial += 1
                 if not proposals and not self.active():
                     tuner_done, why = True, "the search space is exhausted"
@@ -459,8 +542,15 @@ class _Lifecycle:
         if self.spec.budget.confirm_steps > 0:
             cid = f"c{st.next_trial}"
             st.next_trial += 1
-            self.add_trial(cid, "confirm", self.config_of(bt), self.spec.budget.confirm_steps,
-                           bt.predicted_seconds, bt.predicted_std, of=bt.id)
+            self.add_trial(
+                cid,
+                "confirm",
+                self.config_of(bt),
+                self.spec.budget.confirm_steps,
+                bt.predicted_seconds,
+                bt.predicted_std,
+                of=bt.id,
+            )
             self.phase(Phase.CONFIRMING, f"confirming {bt.id} with {self.spec.budget.confirm_steps} steps")
             return
         self.set_best(bt, confirmed=False)
@@ -473,16 +563,24 @@ class _Lifecycle:
         src = of or t
         step_s = t.measured_seconds or 0.0
         speed = (base.step_seconds / step_s) if base and base.step_seconds and step_s else 1.0
-        self.status.best = BestStatus(trial=src.id, config=dict(src.config), step_seconds=round(step_s, 3),
-                                      speedup=round(speed, 3), gpus=t.gpus,
-                                      gpu_seconds_per_step=round(step_s * t.gpus, 2), confirmed=confirmed,
-                                      overrides=render_overrides(self.spec.workload.framework, src.config))
+        self.status.best = BestStatus(
+            trial=src.id,
+            config=dict(src.config),
+            step_seconds=round(step_s, 3),
+            speedup=round(speed, 3),
+            gpus=t.gpus,
+            gpu_seconds_per_step=round(step_s * t.gpus, 2),
+            confirmed=confirmed,
+            overrides=render_overrides(self.spec.workload.framework, src.config),
+        )
         self.status.speedup = f"{speed:.2f}x"
 
     def succeed(self, why: str) -> None:
         b = self.status.best
-        msg = (f"best {b.trial}: {b.step_seconds:.1f}s/step, {self.status.speedup} faster than the baseline on "
-               f"{b.gpus} GPUs ({why})")
+        msg = (
+            f"best {b.trial}: {b.step_seconds:.1f}s/step, {self.status.speedup} faster than the baseline on "
+            f"{b.gpus} GPUs ({why})"
+        )
         self.info("Succeeded", msg)
         self.phase(Phase.SUCCEEDED, msg, complete=("Improved", msg))
 
@@ -496,8 +594,13 @@ class _Lifecycle:
             return
         orig = next(t for t in self.status.trials if t.id == c.of)
         base = self.status.baseline
-        if c.state == TrialState.SUCCEEDED and c.measured_seconds and base and base.step_seconds and \
-                c.measured_seconds < base.step_seconds:
+        if (
+            c.state == TrialState.SUCCEEDED
+            and c.measured_seconds
+            and base
+            and base.step_seconds
+            and c.measured_seconds < base.step_seconds
+        ):
             self.set_best(c, confirmed=True, of=orig)
             self.succeed(f"confirmed over {c.steps} steps")
             return

@@ -48,21 +48,30 @@ def observation(obs: TrialObservation) -> L.Observation:
         return L.Observation(placed=True, done=True, steps=obs.steps)
     if obs.state == "unschedulable":
         return L.Observation(refused=L.Refusal(R.FailureCause.NO_MATCHING_NODES, obs.reason or "unschedulable"))
-    return L.Observation(placed=True, failure=obs.reason or "trial failed", exit_code=obs.exit_code,
-                         exported_reason=obs.reason or "")
+    return L.Observation(
+        placed=True, failure=obs.reason or "trial failed", exit_code=obs.exit_code, exported_reason=obs.reason or ""
+    )
 
 
-def run(spec: RLTuningJobSpec, backend: TrialBackend, on_event: Callable[[Event], None] = lambda e: None,
-        job: str = "local", namespace: str = "default", poll_s: float = 0.2, seed: int = 0,
-        clock: Callable[[], float] = time.time) -> LoopResult:
+def run(
+    spec: RLTuningJobSpec,
+    backend: TrialBackend,
+    on_event: Callable[[Event], None] = lambda e: None,
+    job: str = "local",
+    namespace: str = "default",
+    poll_s: float = 0.2,
+    seed: int = 0,
+    clock: Callable[[], float] = time.time,
+) -> LoopResult:
     status = RLTuningJobStatus()
     launched: dict[str, float] = {}
     timeline: list[tuple[str, float, float]] = []
     t_start = time.monotonic()
     seeds: dict[str, int] = {}
     while True:
-        observations = {t.id: observation(backend.poll(t.id)) for t in status.trials
-                        if t.state.is_active and t.id in launched}
+        observations = {
+            t.id: observation(backend.poll(t.id)) for t in status.trials if t.state.is_active and t.id in launched
+        }
         d = L.step(spec, status, observations, clock())
         status = d.status
         for tid in dict.fromkeys(d.teardown):
@@ -72,9 +81,20 @@ def run(spec: RLTuningJobSpec, backend: TrialBackend, on_event: Callable[[Event]
         for t in status.trials:
             if t.state.is_active and t.id not in launched and t.id not in {x[0] for x in timeline}:
                 seeds[t.id] = seed if t.kind == "baseline" else seed + len(seeds)
-                backend.launch(t.id, trial_spec_for(namespace, job, t.id, spec, R.config_from_diff(spec.baseline, t.config),
-                                                    t.steps, spec.budget.warmup_steps, seed=seeds[t.id],
-                                                    pushgateway_url=spec.metrics.pushgateway_url))
+                backend.launch(
+                    t.id,
+                    trial_spec_for(
+                        namespace,
+                        job,
+                        t.id,
+                        spec,
+                        R.config_from_diff(spec.baseline, t.config),
+                        t.steps,
+                        spec.budget.warmup_steps,
+                        seed=seeds[t.id],
+                        pushgateway_url=spec.metrics.pushgateway_url,
+                    ),
+                )
                 launched[t.id] = time.monotonic() - t_start
         if d.events:
             tuner = R.make_tuner(spec, status.trials)

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
 
-from ..api.hardware import GPU, gpu as gpu_lookup
+from ..api.hardware import GPU
+from ..api.hardware import gpu as gpu_lookup
 from ..api.models import ModelArch, TaskSpec
 
 # Work phases the forecaster predicts and calibrates (a subset of api.metrics.PHASES; `waiting`
@@ -122,8 +123,23 @@ def facts(m: ModelArch) -> ModelFacts:
     total, active = m.params()
     expert_one = 3.0 * m.hidden * m.expert_ffn
     routed = m.moe_layers() * m.experts * expert_one
-    return ModelFacts(total, active, total - routed, expert_one, m.moe_layers(), m.experts, m.active_experts,
-                      m.layers, m.hidden, m.heads, m.kv_heads, m.head_dim, m.vocab, m.kv_bytes_per_token(), m.is_mla)
+    return ModelFacts(
+        total,
+        active,
+        total - routed,
+        expert_one,
+        m.moe_layers(),
+        m.experts,
+        m.active_experts,
+        m.layers,
+        m.hidden,
+        m.heads,
+        m.kv_heads,
+        m.head_dim,
+        m.vocab,
+        m.kv_bytes_per_token(),
+        m.is_mla,
+    )
 
 
 @dataclass(frozen=True)
@@ -145,15 +161,23 @@ def task_facts(t: TaskSpec) -> TaskFacts:
     turns = t.turns or (1 if t.kind == "math" else 20)
     tool = t.tool_latency_seconds if t.tool_latency_seconds is not None else (0.0 if t.kind == "math" else 10.0)
     n = t.prompts_per_step * t.samples_per_prompt
-    return TaskFacts(n, float(t.max_prompt_tokens) * 0.5, min(mean_len, float(t.max_response_tokens)),
-                     float(t.response_length_cv or 1.0), float(t.max_response_tokens), int(turns), float(tool),
-                     int(t.sandboxes or n), t.kind == "agentic-coding",
-                     float(turns) * float(tool) / max(mean_len, 1.0) if t.kind == "agentic-coding" else 0.0)
+    return TaskFacts(
+        n,
+        float(t.max_prompt_tokens) * 0.5,
+        min(mean_len, float(t.max_response_tokens)),
+        float(t.response_length_cv or 1.0),
+        float(t.max_response_tokens),
+        int(turns),
+        float(tool),
+        int(t.sandboxes or n),
+        t.kind == "agentic-coding",
+        float(turns) * float(tool) / max(mean_len, 1.0) if t.kind == "agentic-coding" else 0.0,
+    )
 
 
 def _lognormal(tf: TaskFacts) -> tuple[float, float]:
     """(mu, sigma) of the lognormal response length with the task's mean and CV."""
-    s2 = math.log(1 + tf.cv ** 2)
+    s2 = math.log(1 + tf.cv**2)
     return math.log(tf.mean_len) - s2 / 2, math.sqrt(s2)
 
 
@@ -174,7 +198,7 @@ def live_length(tf: TaskFacts) -> float:
     nd = NormalDist()
     above = 1.0 - nd.cdf((lc - mu) / s)
     m1 = math.exp(mu + s2 / 2) * nd.cdf((lc - mu - s2) / s) + tf.max_len * above
-    m2 = math.exp(2 * mu + 2 * s2) * nd.cdf((lc - mu - 2 * s2) / s) + tf.max_len ** 2 * above
+    m2 = math.exp(2 * mu + 2 * s2) * nd.cdf((lc - mu - 2 * s2) / s) + tf.max_len**2 * above
     return m2 / (2.0 * m1)
 
 
@@ -185,8 +209,9 @@ def median_response(tf: TaskFacts) -> float:
 # ------------------------------------------------------------------------------------ rollout
 
 
-def _decode_iter(mf: ModelFacts, g: GPU, tp: int, ep: bool, fp8: bool, graphs: bool, b: float, ctx: float,
-                 kv_tok_gpu: float) -> float:
+def _decode_iter(
+    mf: ModelFacts, g: GPU, tp: int, ep: bool, fp8: bool, graphs: bool, b: float, ctx: float, kv_tok_gpu: float
+) -> float:
     """Seconds of one decode iteration of one engine replica with b running sequences."""
     wb = 1.0 if fp8 else 2.0
     touched = 0.0
@@ -221,16 +246,33 @@ def _survival(tf: TaskFacts, i: float) -> float:
 
 
 @lru_cache(maxsize=200_000)
-def rollout_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, tp: int, ep: bool, gmu: float,
-                 max_seqs: int, max_batched: int, graphs: bool, fp8: bool, partial: bool) -> RolloutPart:
+def rollout_part(
+    mf: ModelFacts,
+    tf: TaskFacts,
+    gname: str,
+    gpus_r: int,
+    tp: int,
+    ep: bool,
+    gmu: float,
+    max_seqs: int,
+    max_batched: int,
+    graphs: bool,
+    fp8: bool,
+    partial: bool,
+) -> RolloutPart:
     """The rollout half on `gpus_r` GPUs (cached: a search space is a product of halves)."""
     g = gpu_lookup(gname)
     replicas = gpus_r // tp
     if replicas < 1:
         return RolloutPart.refused("fewer rollout GPUs than rollout TP")
     w_gpu = mf.total * (1.0 if fp8 else 2.0) / tp
-    free = gmu * g.hbm_bytes - w_gpu - ROLLOUT_OVERHEAD_BYTES - (CUDA_GRAPH_BYTES if graphs else 0.0) \
+    free = (
+        gmu * g.hbm_bytes
+        - w_gpu
+        - ROLLOUT_OVERHEAD_BYTES
+        - (CUDA_GRAPH_BYTES if graphs else 0.0)
         - max_batched * mf.hidden * 2.0 * 8
+    )
     free_frac = free / g.hbm_bytes
     # memory feasibility is judged by the caller (MemLimits); compute with a sliver of KV cache
     free = max(free, 0.005 * g.hbm_bytes)
@@ -315,8 +357,19 @@ def gpn_of(g: GPU) -> int:
 
 
 @lru_cache(maxsize=200_000)
-def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int, pp: int, cp: int, ep: int,
-                 mbt: int, recompute: str, offload: bool) -> TrainerPart:
+def trainer_part(
+    mf: ModelFacts,
+    tf: TaskFacts,
+    gname: str,
+    gpus_t: int,
+    tp: int,
+    pp: int,
+    cp: int,
+    ep: int,
+    mbt: int,
+    recompute: str,
+    offload: bool,
+) -> TrainerPart:
     """The trainer half on `gpus_t` GPUs (cached: a search space is a product of halves)."""
     g = gpu_lookup(gname)
     if gpus_t % (tp * pp * cp):
@@ -377,9 +430,11 @@ def trainer_part(mf: ModelFacts, tf: TaskFacts, gname: str, gpus_t: int, tp: int
         state = ne_gpu * (6.0 + 12.0 / (dp * cp)) + ex_gpu * (6.0 + 12.0 / edp)
     s = mbt / cp
     h = mf.hidden
-    per_layer = {"none": 34.0 * s * h / tp + 5.0 * mf.heads * s * min(s, seq) / tp * 0.1,
-                 "selective": 34.0 * s * h / tp,
-                 "full": 2.0 * s * h}[recompute]
+    per_layer = {
+        "none": 34.0 * s * h / tp + 5.0 * mf.heads * s * min(s, seq) / tp * 0.1,
+        "selective": 34.0 * s * h / tp,
+        "full": 2.0 * s * h,
+    }[recompute]
     act = mf.layers * per_layer * (1.3 if mf.moe_layers else 1.0)
     if recompute == "full":
         act += 34.0 * s * h / tp
@@ -442,8 +497,15 @@ class MemLimits:
 DEFAULT_LIMITS = MemLimits()
 
 
-def breakdown(model: ModelArch, task: "TaskSpec | TaskFacts", gpu_type: str, gpus_per_node: int, k: dict,
-              budget: int, limits: MemLimits = DEFAULT_LIMITS) -> Breakdown:
+def breakdown(
+    model: ModelArch,
+    task: "TaskSpec | TaskFacts",
+    gpu_type: str,
+    gpus_per_node: int,
+    k: dict,
+    budget: int,
+    limits: MemLimits = DEFAULT_LIMITS,
+) -> Breakdown:
     """Uncalibrated phases and memory picture of one configuration (`k` = RLConfig.flat())."""
     mf = facts_cached(model)
     tf = task if isinstance(task, TaskFacts) else task_facts_cached(task)
@@ -452,12 +514,33 @@ def breakdown(model: ModelArch, task: "TaskSpec | TaskFacts", gpu_type: str, gpu
     if gr < 1:
         return Breakdown({}, False, "no rollout GPUs left")
     stale = k["async.staleness"]
-    ro = rollout_part(mf, tf, gpu_type, gr, k["rollout.tp"], bool(k["rollout.expertParallel"] and mf.moe_layers),
-                      round(k["rollout.gpuMemoryUtilization"], 4), k["rollout.maxNumSeqs"],
-                      k["rollout.maxNumBatchedTokens"], k["rollout.cudaGraphs"], k["rollout.fp8"],
-                      bool(k["async.partialRollout"] and stale >= 1))
-    tr = trainer_part(mf, tf, gpu_type, gt, k["trainer.tp"], k["trainer.pp"], k["trainer.cp"], k["trainer.ep"],
-                      k["trainer.microBatchTokens"], k["trainer.recompute"], k["trainer.offload"])
+    ro = rollout_part(
+        mf,
+        tf,
+        gpu_type,
+        gr,
+        k["rollout.tp"],
+        bool(k["rollout.expertParallel"] and mf.moe_layers),
+        round(k["rollout.gpuMemoryUtilization"], 4),
+        k["rollout.maxNumSeqs"],
+        k["rollout.maxNumBatchedTokens"],
+        k["rollout.cudaGraphs"],
+        k["rollout.fp8"],
+        bool(k["async.partialRollout"] and stale >= 1),
+    )
+    tr = trainer_part(
+        mf,
+        tf,
+        gpu_type,
+        gt,
+        k["trainer.tp"],
+        k["trainer.pp"],
+        k["trainer.cp"],
+        k["trainer.ep"],
+        k["trainer.microBatchTokens"],
+        k["trainer.recompute"],
+        k["trainer.offload"],
+    )
     bd = Breakdown({}, trainer_gpus=gt, rollout_gpus=gr)
     bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure = ro.kv_tokens, ro.free_frac, ro.kv_pressure
     bd.batch, bd.replicas = ro.batch, ro.replicas
@@ -471,23 +554,33 @@ def breakdown(model: ModelArch, task: "TaskSpec | TaskFacts", gpu_type: str, gpu
         bd.feasible, bd.reason = False, tr.reason
     elif not limits.rollout_ok(bd.rollout_free_frac):
         bd.feasible, bd.memory = False, True
-        bd.reason = (f"out of memory (rollout): weights leave no KV cache at gpuMemoryUtilization "
-                     f"{k['rollout.gpuMemoryUtilization']:g} with TP {k['rollout.tp']}")
+        bd.reason = (
+            f"out of memory (rollout): weights leave no KV cache at gpuMemoryUtilization "
+            f"{k['rollout.gpuMemoryUtilization']:g} with TP {k['rollout.tp']}"
+        )
     elif not limits.trainer_ok(bd.trainer_mem_frac):
         bd.feasible, bd.memory = False, True
-        bd.reason = (f"out of memory (trainer): needs ~{bd.trainer_mem_frac * g.hbm_bytes / 1e9:.0f} GB per GPU "
-                     f"of {g.hbm_bytes / 1e9:.0f}")
+        bd.reason = (
+            f"out of memory (trainer): needs ~{bd.trainer_mem_frac * g.hbm_bytes / 1e9:.0f} GB per GPU "
+            f"of {g.hbm_bytes / 1e9:.0f}"
+        )
     elif bd.colocated_frac > limits.colocated_max + 1e-9:
         bd.feasible, bd.memory = False, True
-        bd.reason = (f"out of memory (colocated): vLLM share {k['rollout.gpuMemoryUtilization']:g} plus resident "
-                     f"trainer weights ({tr.weight_bytes / 1e9:.0f} GB) exceed GPU memory")
+        bd.reason = (
+            f"out of memory (colocated): vLLM share {k['rollout.gpuMemoryUtilization']:g} plus resident "
+            f"trainer weights ({tr.weight_bytes / 1e9:.0f} GB) exceed GPU memory"
+        )
     if not ro.feasible or not tr.feasible:
         return bd
     # Contract convention (docs/metrics.md): `generation` is the whole rollout wall time; the tail
     # and the tool time are parts of it, reported for the profile.
     bd.phases = {
-        "generation": ro.bulk + ro.tail + ro.tool, "generation_tail": ro.tail, "tool": ro.tool,
-        "old_logprob": tr.old_logprob, "ref_logprob": tr.ref_logprob, "training": tr.training,
+        "generation": ro.bulk + ro.tail + ro.tool,
+        "generation_tail": ro.tail,
+        "tool": ro.tool,
+        "old_logprob": tr.old_logprob,
+        "ref_logprob": tr.ref_logprob,
+        "training": tr.training,
         "weight_sync": weight_sync(mf, g, k, gt, gr),
     }
     return bd

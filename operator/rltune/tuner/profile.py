@@ -9,8 +9,9 @@ from pydantic import Field
 from ..api.models import RLTuningJobSpec
 from .summary import TrialSummary, TunerModel
 
-Bottleneck = Literal["rollout-long-tail", "rollout-throughput", "kv-bound", "trainer-bound",
-                     "weight-sync-bound", "imbalance"]
+Bottleneck = Literal[
+    "rollout-long-tail", "rollout-throughput", "kv-bound", "trainer-bound", "weight-sync-bound", "imbalance"
+]
 
 
 class Profile(TunerModel):
@@ -28,10 +29,10 @@ class Profile(TunerModel):
     evidence: str = ""
 
 
-
 def _s(x: float) -> str:
     """Seconds readable at any scale: GPU steps take minutes, CPU real-mode steps under a second."""
     return f"{x:.0f}" if abs(x) >= 10 else f"{x:.2g}"
+
 
 def profile(spec: RLTuningJobSpec, baseline: TrialSummary) -> Profile:
     ph = dict(baseline.phases)
@@ -54,27 +55,47 @@ def profile(spec: RLTuningJobSpec, baseline: TrialSummary) -> Profile:
     elif disagg and max(t_idle, r_idle) / step >= 0.3 and spec.baseline.async_.staleness >= 1:
         b = "imbalance"
         side = "trainer" if t_idle > r_idle else "rollout"
-        ev = (f"the {side} side idles {max(t_idle, r_idle) / step:.0%} of the step "
-              f"(rollout {_s(rollout)} s vs trainer {_s(trainer)} s)")
+        ev = (
+            f"the {side} side idles {max(t_idle, r_idle) / step:.0%} of the step "
+            f"(rollout {_s(rollout)} s vs trainer {_s(trainer)} s)"
+        )
     elif t_share >= r_share:
         b = "trainer-bound"
-        ev = (f"training side (log-prob passes + update) takes {t_share:.0%} of the step "
-              f"({_s(trainer)} s) vs rollout {r_share:.0%}")
+        ev = (
+            f"training side (log-prob passes + update) takes {t_share:.0%} of the step "
+            f"({_s(trainer)} s) vs rollout {r_share:.0%}"
+        )
     elif baseline.preemptions_mean > 0 or baseline.kv_usage_max >= 0.92:
         b = "kv-bound"
-        ev = (f"rollout takes {r_share:.0%} of the step with the KV cache {baseline.kv_usage_max:.0%} full and "
-              f"{baseline.preemptions_mean:.0f} preemptions per step")
+        ev = (
+            f"rollout takes {r_share:.0%} of the step with the KV cache {baseline.kv_usage_max:.0%} full and "
+            f"{baseline.preemptions_mean:.0f} preemptions per step"
+        )
     elif tail_share >= 0.35:
         b = "rollout-long-tail"
-        ev = (f"rollout takes {r_share:.0%} of the step and {tail_share:.0%} of generation is the long tail "
-              f"after the median response finished ({_s(tail)} s)")
+        ev = (
+            f"rollout takes {r_share:.0%} of the step and {tail_share:.0%} of generation is the long tail "
+            f"after the median response finished ({_s(tail)} s)"
+        )
     else:
         b = "rollout-throughput"
-        ev = (f"rollout takes {r_share:.0%} of the step ({_s(rollout)} s); long tail {tail_share:.0%}, "
-              f"KV cache peak {baseline.kv_usage_max:.0%}")
+        ev = (
+            f"rollout takes {r_share:.0%} of the step ({_s(rollout)} s); long tail {tail_share:.0%}, "
+            f"KV cache peak {baseline.kv_usage_max:.0%}"
+        )
     if disagg and b not in ("imbalance",) and max(t_idle, r_idle) > 0:
         ev += f"; idle trainer {_s(t_idle)} s, idle rollout {_s(r_idle)} s"
-    return Profile(step_time=step, phases=ph, shares=shares, rollout_seconds=rollout, trainer_seconds=trainer,
-                   trainer_idle_seconds=t_idle, rollout_idle_seconds=r_idle, long_tail_share=tail_share,
-                   kv_pressure=kvp, preemptions=baseline.preemptions_mean, bottleneck=b,
-                   evidence=f"{b}: {ev}.")
+    return Profile(
+        step_time=step,
+        phases=ph,
+        shares=shares,
+        rollout_seconds=rollout,
+        trainer_seconds=trainer,
+        trainer_idle_seconds=t_idle,
+        rollout_idle_seconds=r_idle,
+        long_tail_share=tail_share,
+        kv_pressure=kvp,
+        preemptions=baseline.preemptions_mean,
+        bottleneck=b,
+        evidence=f"{b}: {ev}.",
+    )

@@ -14,6 +14,7 @@ from ..api.models import RLConfig, RLTuningJobSpec
 from ..api.status import FailureCause, TrialState, TrialStatus
 from .gates import GateResult
 
+
 def config_diff(baseline: RLConfig, config: RLConfig) -> dict[str, Any]:
     """Knob path -> value for every knob of `config` that differs from `baseline`: what the status
     stores (`config_from_diff` restores the configuration exactly)."""
@@ -112,10 +113,16 @@ def to_record(spec: RLTuningJobSpec, t: TrialStatus):
 
     config = config_from_diff(spec.baseline, t.config)
     return T.TrialRecord(
-        id=t.id, config=config, gpus=t.gpus or gpus_of(spec, config),
-        predicted=t.predicted_seconds, predicted_std=t.predicted_std,
-        summary=unflatten_summary(t.summary), objective=t.objective,
-        state=t.state, reason=t.reason or "", cause=t.cause,
+        id=t.id,
+        config=config,
+        gpus=t.gpus or gpus_of(spec, config),
+        predicted=t.predicted_seconds,
+        predicted_std=t.predicted_std,
+        summary=unflatten_summary(t.summary),
+        objective=t.objective,
+        state=t.state,
+        reason=t.reason or "",
+        cause=t.cause,
         gates={name: GateResult(passed=ok) for name, ok in (t.gates or {}).items()},
     )
 
@@ -145,7 +152,6 @@ def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
         baseline.state, baseline.reason = base.state, base.reason or ""
     history = [to_record(spec, t) for t in trials if t.kind == "search"]
     return T.Tuner(spec, baseline, history)
-
 
 
 def objective_of(spec: RLTuningJobSpec, step_seconds: float, gpus: int) -> float:

@@ -68,7 +68,9 @@ class Space:
             self.values[k.path] = vals
         # staleness never above the limit (the baseline's own value is allowed as given)
         ms = spec.constraints.max_staleness
-        self.values["async.staleness"] = [s for s in self.values["async.staleness"] if s <= ms] or [self.base["async.staleness"]]
+        self.values["async.staleness"] = [s for s in self.values["async.staleness"] if s <= ms] or [
+            self.base["async.staleness"]
+        ]
         base_gpus = self.base.get("gpus") or self.budget
         if "gpus" in listed and listed["gpus"]:
             gl = [g for g in listed["gpus"] if g <= self.budget]
@@ -95,8 +97,12 @@ class Space:
             t = int(round(gpus * f / self.gpn)) * self.gpn
             if self.gpn <= t <= gpus - self.gpn and t not in out:
                 out.append(t)
-        if self.base["placement"] == "disaggregated" and self.base.get("trainerGpus") and \
-                (self.base.get("gpus") or self.budget) == gpus and self.base["trainerGpus"] not in out:
+        if (
+            self.base["placement"] == "disaggregated"
+            and self.base.get("trainerGpus")
+            and (self.base.get("gpus") or self.budget) == gpus
+            and self.base["trainerGpus"] not in out
+        ):
             out.append(self.base["trainerGpus"])
         return out
 
@@ -143,9 +149,17 @@ class Space:
                                 continue
                             for ws in self.values["weightSync"]:
                                 for cpu in self.halves(CPU_KNOBS):
-                                    out.append({"gpus": gpus, "placement": place, "trainerGpus": tg,
-                                                "async.staleness": st, "async.partialRollout": pr,
-                                                "weightSync": ws} | cpu)
+                                    out.append(
+                                        {
+                                            "gpus": gpus,
+                                            "placement": place,
+                                            "trainerGpus": tg,
+                                            "async.staleness": st,
+                                            "async.partialRollout": pr,
+                                            "weightSync": ws,
+                                        }
+                                        | cpu
+                                    )
         return out
 
     def halves(self, names: tuple[str, ...]) -> list[dict]:
@@ -164,9 +178,13 @@ class Space:
     def config(self, k: dict) -> RLConfig:
         """An explicit RLConfig from a flat knob dict: gpus always set, and the trainer split when
         disaggregated (a trial must not depend on a workload's own default split)."""
-        return explicit(self.spec.baseline.with_knobs(
-            {p: v for p, v in k.items() if p != "cpu" and not (p in CPU_KNOBS and v is None)}),
-            self.budget, self.gpn)
+        return explicit(
+            self.spec.baseline.with_knobs(
+                {p: v for p, v in k.items() if p != "cpu" and not (p in CPU_KNOBS and v is None)}
+            ),
+            self.budget,
+            self.gpn,
+        )
 
     def all_valid(self, full: dict) -> Optional[str]:
         """Validity of a full flat config against the space (used for baseline-independent checks)."""
@@ -189,7 +207,9 @@ class Candidate:
     phases: dict
 
 
-def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_max: Optional[int] = None) -> list[Candidate]:
+def candidates(
+    space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_max: Optional[int] = None
+) -> list[Candidate]:
     """Scored candidates (feasible, valid, not excluded), pruned as the module docstring explains."""
     base = space.base
     r_all = space.halves(ROLLOUT_KNOBS)
@@ -221,9 +241,20 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
             for r in r_all:
                 if space.rollout_valid(r, gr):
                     continue
-                ro = physics.rollout_part(mf, tf, gname, gr, r["rollout.tp"], bool(r["rollout.expertParallel"] and mf.moe_layers),
-                                    round(r["rollout.gpuMemoryUtilization"], 4), r["rollout.maxNumSeqs"],
-                                    r["rollout.maxNumBatchedTokens"], r["rollout.cudaGraphs"], r["rollout.fp8"], partial)
+                ro = physics.rollout_part(
+                    mf,
+                    tf,
+                    gname,
+                    gr,
+                    r["rollout.tp"],
+                    bool(r["rollout.expertParallel"] and mf.moe_layers),
+                    round(r["rollout.gpuMemoryUtilization"], 4),
+                    r["rollout.maxNumSeqs"],
+                    r["rollout.maxNumBatchedTokens"],
+                    r["rollout.cudaGraphs"],
+                    r["rollout.fp8"],
+                    partial,
+                )
                 if not ro.feasible or not fc.limits.rollout_ok(ro.free_frac):
                     continue
                 kk = dict(ko) | r
@@ -247,8 +278,19 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
             for t in t_all:
                 if space.trainer_valid(t, gt):
                     continue
-                tr = physics.trainer_part(mf, tf, gname, gt, t["trainer.tp"], t["trainer.pp"], t["trainer.cp"], t["trainer.ep"],
-                                    t["trainer.microBatchTokens"], t["trainer.recompute"], t["trainer.offload"])
+                tr = physics.trainer_part(
+                    mf,
+                    tf,
+                    gname,
+                    gt,
+                    t["trainer.tp"],
+                    t["trainer.pp"],
+                    t["trainer.cp"],
+                    t["trainer.ep"],
+                    t["trainer.microBatchTokens"],
+                    t["trainer.recompute"],
+                    t["trainer.offload"],
+                )
                 if not tr.feasible or not fc.limits.trainer_ok(tr.mem_frac):
                     continue
                 kk = dict(ko) | t
@@ -260,8 +302,13 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
                 # smallest resident weights (colocated memory coupling)
-                pick += [rows[i] for i in sorted(range(len(rows)), key=lambda i: (
-                    -rows[i]["trainer.tp"] * rows[i]["trainer.pp"] * rows[i]["trainer.ep"], tot[i]))[:2]]
+                pick += [
+                    rows[i]
+                    for i in sorted(
+                        range(len(rows)),
+                        key=lambda i: (-rows[i]["trainer.tp"] * rows[i]["trainer.pp"] * rows[i]["trainer.ep"], tot[i]),
+                    )[:2]
+                ]
                 if t_base in rows:
                     pick.append(t_base)
                 best_t[gt] = _uniq(pick)
@@ -283,8 +330,17 @@ def candidates(space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_ma
     for k, p in zip(out, preds):
         if not p.feasible:
             continue
-        res.append(Candidate(k, p.step, p.std, objective_of(gspec, p.step, p.gpus), objective_of(gspec, p.std, p.gpus),
-                             p.gpus, p.phases))
+        res.append(
+            Candidate(
+                k,
+                p.step,
+                p.std,
+                objective_of(gspec, p.step, p.gpus),
+                objective_of(gspec, p.std, p.gpus),
+                p.gpus,
+                p.phases,
+            )
+        )
     return res
 
 

@@ -72,8 +72,9 @@ def _is_int(v: Any) -> bool:
 def _type_problem(kind: str, v: Any) -> Optional[str]:
     """Why `v` is not of a catalog type (int | float | bool | enum), None if it is. Strict: the tuner
     compares and multiplies these values, so a "8" string or a 1 for true is refused, not coerced."""
-    ok = {"int": _is_int(v), "float": _is_int(v) or isinstance(v, float), "bool": isinstance(v, bool),
-          "enum": True}[kind]  # an enum's names are RLConfig's Literal: _range_problem lists them
+    ok = {"int": _is_int(v), "float": _is_int(v) or isinstance(v, float), "bool": isinstance(v, bool), "enum": True}[
+        kind
+    ]  # an enum's names are RLConfig's Literal: _range_problem lists them
     if ok:
         return None
     want = {"int": "an integer", "float": "a number", "bool": "true or false"}[kind]
@@ -112,26 +113,36 @@ def _search_values(spec: RLTuningJobSpec) -> tuple[list[Problem], RLTuningJobSpe
                     why = f"{v} GPUs is outside 1..spec.resources.gpuBudget ({budget}): raise the budget or drop it"
             elif why is None and path == "trainerGpus":
                 if v < 1 or v >= budget:
-                    why = (f"{v} trainer GPUs must be 1..{budget - 1}, fewer than spec.resources.gpuBudget "
-                           f"({budget}) so that some GPUs serve rollouts")
+                    why = (
+                        f"{v} trainer GPUs must be 1..{budget - 1}, fewer than spec.resources.gpuBudget "
+                        f"({budget}) so that some GPUs serve rollouts"
+                    )
             elif why is None:
                 rng = _range_problem(path, v)
                 if rng:
                     why = f"{v!r} is out of range: {rng}"
                 elif dense and BY_PATH[path].moe_only and v != BY_PATH[path].default:
-                    why = (f"{v!r}: workload.model is dense (no experts), so {path} does not apply: "
-                           f"list only {BY_PATH[path].default!r} or remove the knob")
+                    why = (
+                        f"{v!r}: workload.model is dense (no experts), so {path} does not apply: "
+                        f"list only {BY_PATH[path].default!r} or remove the knob"
+                    )
                 elif path == "async.staleness" and v > max_st:
-                    why = (f"{v} exceeds spec.constraints.maxStaleness ({max_st}), so no such trial could pass: "
-                           "raise constraints.maxStaleness or drop the value")
+                    why = (
+                        f"{v} exceeds spec.constraints.maxStaleness ({max_st}), so no such trial could pass: "
+                        "raise constraints.maxStaleness or drop the value"
+                    )
             if why:
                 out.append(Problem(where, why))
             if why is None or (path == "gpus" and _is_int(v) and v >= 1):
                 keep.append(v)  # GPU counts over the budget: the Space drops them itself (and says so)
         clean[path] = keep
     for path in sorted(set(ss.frozen or []) & set(ss.knobs or {})):
-        out.append(Problem("spec.searchSpace.frozen",
-                           f"{path} is both frozen and listed in spec.searchSpace.knobs: remove it from one of them"))
+        out.append(
+            Problem(
+                "spec.searchSpace.frozen",
+                f"{path} is both frozen and listed in spec.searchSpace.knobs: remove it from one of them",
+            )
+        )
     cleaned = spec.model_copy(update={"search_space": ss.model_copy(update={"knobs": clean or ss.knobs})})
     return out, cleaned
 
@@ -151,48 +162,69 @@ def _layout_problem(space: Space, side: str, reason: str, full: dict, gr: int, g
     tt = lambda k: space.trainer_valid(k, gt)  # noqa: E731
     if side == "rollout":
         if reason.startswith("rollout TP spans nodes"):
-            return Problem("spec.baseline.rollout.tp",
-                           f"rollout TP {full['rollout.tp']} is wider than a node (spec.resources.gpusPerNode = "
-                           f"{space.gpn}): one vLLM replica must fit in a node" +
-                           _alternatives(rt, full, "rollout.tp", _TRY))
+            return Problem(
+                "spec.baseline.rollout.tp",
+                f"rollout TP {full['rollout.tp']} is wider than a node (spec.resources.gpusPerNode = "
+                f"{space.gpn}): one vLLM replica must fit in a node" + _alternatives(rt, full, "rollout.tp", _TRY),
+            )
         if re.match(r"rollout TP \d+ does not divide \d+ heads", reason):
-            return Problem("spec.baseline.rollout.tp", f"{reason} (workload.model): use a TP that divides {m.heads}" +
-                           _alternatives(rt, full, "rollout.tp", _TRY))
+            return Problem(
+                "spec.baseline.rollout.tp",
+                f"{reason} (workload.model): use a TP that divides {m.heads}"
+                + _alternatives(rt, full, "rollout.tp", _TRY),
+            )
         if re.match(r"rollout TP \d+ does not divide \d+ rollout GPUs", reason):
-            return Problem("spec.baseline.rollout.tp",
-                           f"{reason}: every rollout GPU must belong to a replica; change rollout.tp, baseline.gpus "
-                           "or baseline.trainerGpus" + _alternatives(rt, full, "rollout.tp", _TRY))
+            return Problem(
+                "spec.baseline.rollout.tp",
+                f"{reason}: every rollout GPU must belong to a replica; change rollout.tp, baseline.gpus "
+                "or baseline.trainerGpus" + _alternatives(rt, full, "rollout.tp", _TRY),
+            )
         if reason.startswith("expert parallel on a dense model"):
-            return Problem("spec.baseline.rollout.expertParallel",
-                           "workload.model is dense (no experts): set rollout.expertParallel to false")
+            return Problem(
+                "spec.baseline.rollout.expertParallel",
+                "workload.model is dense (no experts): set rollout.expertParallel to false",
+            )
         return Problem("spec.baseline.rollout", reason)
     if reason.startswith("trainer TP spans nodes"):
-        return Problem("spec.baseline.trainer.tp",
-                       f"trainer TP {full['trainer.tp']} is wider than a node (spec.resources.gpusPerNode = "
-                       f"{space.gpn})" + _alternatives(tt, full, "trainer.tp", _TRY))
+        return Problem(
+            "spec.baseline.trainer.tp",
+            f"trainer TP {full['trainer.tp']} is wider than a node (spec.resources.gpusPerNode = "
+            f"{space.gpn})" + _alternatives(tt, full, "trainer.tp", _TRY),
+        )
     if re.match(r"trainer TP \d+ does not divide", reason):
-        return Problem("spec.baseline.trainer.tp", f"{reason} (workload.model): use a TP that divides {m.heads}" +
-                       _alternatives(tt, full, "trainer.tp", _TRY))
+        return Problem(
+            "spec.baseline.trainer.tp",
+            f"{reason} (workload.model): use a TP that divides {m.heads}" + _alternatives(tt, full, "trainer.tp", _TRY),
+        )
     if re.match(r"trainer PP \d+ too deep", reason):
-        return Problem("spec.baseline.trainer.pp",
-                       f"{reason}: each pipeline stage needs at least 4 layers" +
-                       _alternatives(tt, full, "trainer.pp", _TRY))
+        return Problem(
+            "spec.baseline.trainer.pp",
+            f"{reason}: each pipeline stage needs at least 4 layers" + _alternatives(tt, full, "trainer.pp", _TRY),
+        )
     if reason.startswith("tp*pp*cp="):
         tp, pp = full["trainer.tp"], full["trainer.pp"]
         pairs = sorted(itertools.product(_TRY, _TRY), key=lambda x: (x[0] != tp) + (x[1] != pp) + abs(x[1] - pp) / 64)
         ok = [f"tp={t} pp={p}" for t, p in pairs if tt(full | {"trainer.tp": t, "trainer.pp": p}) is None][:4]
-        return Problem("spec.baseline.trainer",
-                       f"trainer {reason} (trainer.tp x trainer.pp x trainer.cp must divide them)" +
-                       (f"; valid here with cp={full['trainer.cp']}: {', '.join(ok)}" if ok else ""))
+        return Problem(
+            "spec.baseline.trainer",
+            f"trainer {reason} (trainer.tp x trainer.pp x trainer.cp must divide them)"
+            + (f"; valid here with cp={full['trainer.cp']}: {', '.join(ok)}" if ok else ""),
+        )
     if re.match(r"EP \d+ does not divide \d+ experts", reason):
-        return Problem("spec.baseline.trainer.ep", f"{reason} (workload.model)" +
-                       _alternatives(tt, full, "trainer.ep", range(1, min(m.experts, 256) + 1)))
+        return Problem(
+            "spec.baseline.trainer.ep",
+            f"{reason} (workload.model)" + _alternatives(tt, full, "trainer.ep", range(1, min(m.experts, 256) + 1)),
+        )
     if re.match(r"EP \d+ does not divide", reason):
-        return Problem("spec.baseline.trainer.ep", f"{reason} (trainer GPUs / trainer.pp)" +
-                       _alternatives(tt, full, "trainer.ep", _TRY))
+        return Problem(
+            "spec.baseline.trainer.ep",
+            f"{reason} (trainer GPUs / trainer.pp)" + _alternatives(tt, full, "trainer.ep", _TRY),
+        )
     if reason.startswith("expert parallel on a dense model"):
-        return Problem("spec.baseline.trainer.ep",
-                       f"workload.model is dense (no experts): set trainer.ep to 1, not {full['trainer.ep']}")
+        return Problem(
+            "spec.baseline.trainer.ep",
+            f"workload.model is dense (no experts): set trainer.ep to 1, not {full['trainer.ep']}",
+        )
     return Problem("spec.baseline.trainer", reason)
 
 
@@ -201,17 +233,25 @@ def _baseline(space: Space) -> list[Problem]:
     base = space.base
     gpus, gt, gr = physics.split(base, space.budget, space.gpn)
     if gpus > space.budget:
-        return [Problem("spec.baseline.gpus", f"uses {gpus} GPUs, more than spec.resources.gpuBudget "
-                        f"({space.budget}): raise the budget or lower baseline.gpus")]
+        return [
+            Problem(
+                "spec.baseline.gpus",
+                f"uses {gpus} GPUs, more than spec.resources.gpuBudget "
+                f"({space.budget}): raise the budget or lower baseline.gpus",
+            )
+        ]
     out = []
     if base["placement"] == "disaggregated":
         given = "" if base.get("trainerGpus") else " (the default split)"
         if gt >= gpus or gr < base["rollout.tp"]:
-            out.append(Problem(
-                "spec.baseline.rollout.tp",
-                f"disaggregated placement leaves {max(gr, 0)} rollout GPUs (spec.baseline.gpus {gpus} - "
-                f"spec.baseline.trainerGpus {gt}{given}), fewer than spec.baseline.rollout.tp "
-                f"({base['rollout.tp']}), one replica: lower trainerGpus or rollout.tp, or use placement colocated"))
+            out.append(
+                Problem(
+                    "spec.baseline.rollout.tp",
+                    f"disaggregated placement leaves {max(gr, 0)} rollout GPUs (spec.baseline.gpus {gpus} - "
+                    f"spec.baseline.trainerGpus {gt}{given}), fewer than spec.baseline.rollout.tp "
+                    f"({base['rollout.tp']}), one replica: lower trainerGpus or rollout.tp, or use placement colocated",
+                )
+            )
             return out
     why = space.rollout_valid(base, gr)
     if why:
@@ -244,13 +284,23 @@ def _some_valid_configuration(space: Space) -> list[Problem]:
     """At least one configuration besides the baseline meets the search's validity rules."""
     if not space.gpus:
         listed = (space.spec.search_space.knobs or {}).get("gpus")
-        return [Problem("spec.searchSpace", f"no valid configuration: every GPU count in searchSpace.knobs.gpus "
-                        f"({listed}) is above spec.resources.gpuBudget={space.budget}: list counts within the budget")]
+        return [
+            Problem(
+                "spec.searchSpace",
+                f"no valid configuration: every GPU count in searchSpace.knobs.gpus "
+                f"({listed}) is above spec.resources.gpuBudget={space.budget}: list counts within the budget",
+            )
+        ]
     outer = space.outer()
     if not outer:
-        return [Problem("spec.searchSpace", "no valid configuration: placement is disaggregated only and no trainer "
-                        "split fits (searchSpace.knobs.trainerGpus must be fewer than the GPUs of a configuration): "
-                        "list smaller trainerGpus or allow placement colocated")]
+        return [
+            Problem(
+                "spec.searchSpace",
+                "no valid configuration: placement is disaggregated only and no trainer "
+                "split fits (searchSpace.knobs.trainerGpus must be fewer than the GPUs of a configuration): "
+                "list smaller trainerGpus or allow placement colocated",
+            )
+        ]
     rolls = _layouts(space, ROLLOUT_LAYOUT, ROLLOUT_KNOBS)
     trains = _layouts(space, TRAINER_LAYOUT, TRAINER_KNOBS)
     r_rest = math.prod(len(_distinct(space.values[n])) for n in ROLLOUT_KNOBS if n not in ROLLOUT_LAYOUT)
@@ -291,16 +341,36 @@ def _some_valid_configuration(space: Space) -> list[Problem]:
     if count == 1 and space.config_key(example) != space.config_key(space.base):
         return []
     if count == 1:
-        return [Problem("spec.searchSpace", "no valid configuration besides the baseline: every knob is frozen or "
-                        "pinned to the baseline's value: list other values in searchSpace.knobs or unfreeze knobs")]
+        return [
+            Problem(
+                "spec.searchSpace",
+                "no valid configuration besides the baseline: every knob is frozen or "
+                "pinned to the baseline's value: list other values in searchSpace.knobs or unfreeze knobs",
+            )
+        ]
     if not any(valid_r.values()):
         reason, _ = why_r.most_common(1)[0] if why_r else ("no rollout GPUs", 0)
-        return [Problem("spec.searchSpace", f"no valid configuration: no rollout layout is valid ({reason}): list "
-                        "rollout.tp values that divide the attention heads and fit a node")]
+        return [
+            Problem(
+                "spec.searchSpace",
+                f"no valid configuration: no rollout layout is valid ({reason}): list "
+                "rollout.tp values that divide the attention heads and fit a node",
+            )
+        ]
     if not any(valid_t.values()):
         reason, _ = why_t.most_common(1)[0] if why_t else ("no trainer GPUs", 0)
-        return [Problem("spec.searchSpace", f"no valid configuration: no trainer layout is valid ({reason}): list "
-                        "trainer tp/pp/cp/ep values whose product divides the trainer GPUs")]
-    return [Problem("spec.searchSpace", "no valid configuration: no GPU split has both a valid rollout and a valid "
-                    f"trainer layout (rollout: {why_r.most_common(1)[0][0] if why_r else '-'}; trainer: "
-                    f"{why_t.most_common(1)[0][0] if why_t else '-'}): widen searchSpace.knobs")]
+        return [
+            Problem(
+                "spec.searchSpace",
+                f"no valid configuration: no trainer layout is valid ({reason}): list "
+                "trainer tp/pp/cp/ep values whose product divides the trainer GPUs",
+            )
+        ]
+    return [
+        Problem(
+            "spec.searchSpace",
+            "no valid configuration: no GPU split has both a valid rollout and a valid "
+            f"trainer layout (rollout: {why_r.most_common(1)[0][0] if why_r else '-'}; trainer: "
+            f"{why_t.most_common(1)[0][0] if why_t else '-'}): widen searchSpace.knobs",
+        )
+    ]

@@ -20,7 +20,8 @@ from typing import Optional
 
 import numpy as np
 
-from rltune.api.hardware import GiB, gpu as gpu_spec
+from rltune.api.hardware import GiB
+from rltune.api.hardware import gpu as gpu_spec
 from rltune.api.metrics import StepRecord
 from rltune.api.models import ModelArch, RLConfig, TaskSpec, TrialSpec
 
@@ -53,10 +54,10 @@ class Plan:
     sandboxes: Optional[int]
 
 
-def make_plan(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, cfg: RLConfig,
-              scenario: Optional[dict] = None) -> Plan:
+def make_plan(
+    model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, cfg: RLConfig, scenario: Optional[dict] = None
+) -> Plan:
     eff = efficiency(gpu_type, scenario)
-    g = gpu_spec(gpu_type)
     gpus = cfg.gpus or int(eff.extra.get("gpus", DEFAULT_GPUS))
     colocated = cfg.placement == "colocated"
     if colocated:
@@ -81,9 +82,22 @@ def make_plan(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: in
     if task.kind == "agentic-coding":
         sandboxes = task.sandboxes or eff.sandboxes
     plan = Plan(
-        model=model, task=task, gpu_type=gpu_type, gpus_per_node=gpus_per_node, cfg=cfg, eff=eff, gpus=gpus,
-        train_gpus=train_g, rollout_gpus=roll_g, rc=rc, colocated=colocated, staleness=s, partial=partial,
-        streaming=partial, reference=reference, sandboxes=sandboxes,
+        model=model,
+        task=task,
+        gpu_type=gpu_type,
+        gpus_per_node=gpus_per_node,
+        cfg=cfg,
+        eff=eff,
+        gpus=gpus,
+        train_gpus=train_g,
+        rollout_gpus=roll_g,
+        rc=rc,
+        colocated=colocated,
+        staleness=s,
+        partial=partial,
+        streaming=partial,
+        reference=reference,
+        sandboxes=sandboxes,
     )
     return plan
 
@@ -112,7 +126,7 @@ def _weight_sync(p: Plan, tc: TrainCost) -> tuple[float, float, float]:
         t = eff.colocated_sync_fixed + nbytes / p.cfg.rollout.tp / (g.nvlink_bw * eff.nvlink) + quant
         return t, t, t
     nodes = max(1.0, p.rollout_gpus / p.gpus_per_node)
-    bw_ce = eff.ckpt_engine_eff * g.nic_bw * nodes ** 0.25
+    bw_ce = eff.ckpt_engine_eff * g.nic_bw * nodes**0.25
     n_tensors = p.model.layers * 9 + 3
     method = p.cfg.weight_sync
     if method == "checkpoint-engine":
@@ -167,14 +181,22 @@ def simulate_one_step(p: Plan, rng: Optional[np.random.Generator], warmup: bool 
     for r in range(replicas):
         a = first_gpu + r * p.cfg.rollout.tp
         b = a + p.cfg.rollout.tp - 1
-        speeds[r] = node_f[a // p.gpus_per_node: b // p.gpus_per_node + 1].max()
+        speeds[r] = node_f[a // p.gpus_per_node : b // p.gpus_per_node + 1].max()
     if rng is not None:
         speeds *= np.exp(eff.noise * rng.standard_normal(replicas))
     prefix = bool(eff.extra.get("prefix_caching", eff.prefix_caching))
     # Streaming (partial rollout): replicas are statistically alike and none waits for the slowest,
     # so a sample of replicas gives the steady-state rate; synchronous steps need every replica (tail).
-    ro = simulate_rollout(p.rc, ep, p.cfg, p.rollout_gpus, speeds=speeds, sandboxes=p.sandboxes,
-                          prefix_caching=prefix, sample_replicas=8 if p.streaming else None)
+    ro = simulate_rollout(
+        p.rc,
+        ep,
+        p.cfg,
+        p.rollout_gpus,
+        speeds=speeds,
+        sandboxes=p.sandboxes,
+        prefix_caching=prefix,
+        sample_replicas=8 if p.streaming else None,
+    )
     if p.streaming:
         fin = np.asarray(ro.finish)
         srt = np.sort(fin[np.isfinite(fin)])
@@ -183,8 +205,11 @@ def simulate_one_step(p: Plan, rng: Optional[np.random.Generator], warmup: bool 
         k2 = min(len(srt) - 1, int(2 * n * frac) - 1)
         gen = float(srt[k2] - srt[k1])
         # Interrupted requests re-prefill their context after each sync (partial rollout resume).
-        resume = ro.kv_mean_tokens * (p.rc.pre_tok + p.rc.pre_pair * 0.5 * ro.kv_mean_tokens
-                                      / max(1.0, p.cfg.rollout.max_num_seqs)) * float(np.mean(speeds))
+        resume = (
+            ro.kv_mean_tokens
+            * (p.rc.pre_tok + p.rc.pre_pair * 0.5 * ro.kv_mean_tokens / max(1.0, p.cfg.rollout.max_num_seqs))
+            * float(np.mean(speeds))
+        )
         gen += resume
         tail = resume
         sl = slice(n, 2 * n)
@@ -219,8 +244,17 @@ def simulate_one_step(p: Plan, rng: Optional[np.random.Generator], warmup: bool 
         train *= eff.warmup_train_factor
     sync, st_t, st_r = _weight_sync(p, tc)
     tool = ro.tool_idle
-    phases = dict(generation=gen, generation_tail=tail, tool=tool, old_logprob=old, ref_logprob=ref,
-                  training=train, weight_sync=sync, waiting=0.0, rollout_idle=0.0)
+    phases = dict(
+        generation=gen,
+        generation_tail=tail,
+        tool=tool,
+        old_logprob=old,
+        ref_logprob=ref,
+        training=train,
+        weight_sync=sync,
+        waiting=0.0,
+        rollout_idle=0.0,
+    )
     T = old + ref + train
     s = p.staleness
     if p.colocated:
@@ -240,8 +274,15 @@ def simulate_one_step(p: Plan, rng: Optional[np.random.Generator], warmup: bool 
         lag = float(min(s, (s if gen < T else 1) + (1 if p.partial else 0)))
     trained = float(np.sum(seqs))
     phases = {k: float(v) for k, v in phases.items()}
-    return StepResult(duration=float(dur), phases=phases, generated=generated, trained=trained, staleness=lag,
-                      kv_usage=ro.kv_peak, preemptions=float(ro.preemptions))
+    return StepResult(
+        duration=float(dur),
+        phases=phases,
+        generated=generated,
+        trained=trained,
+        staleness=lag,
+        kv_usage=ro.kv_peak,
+        preemptions=float(ro.preemptions),
+    )
 
 
 def _quality(p: Plan, step: int, lag: float, rng: Optional[np.random.Generator]) -> tuple[float, float]:
@@ -268,17 +309,28 @@ def simulate_trial(spec: TrialSpec, noise: bool = True) -> list[StepRecord]:
         rng = np.random.default_rng([spec.seed, i]) if noise else None
         r = simulate_one_step(p, rng, warmup=(i == 0))
         reward, mismatch = _quality(p, i, r.staleness, rng)
-        out.append(StepRecord(
-            step=i, duration=r.duration, phases=r.phases, generated_tokens=r.generated, trained_tokens=r.trained,
-            staleness=r.staleness, reward=reward, logprob_mismatch=mismatch, kv_usage=r.kv_usage,
-            preemptions=r.preemptions, warmup=i < spec.warmup_steps,
-        ))
+        out.append(
+            StepRecord(
+                step=i,
+                duration=r.duration,
+                phases=r.phases,
+                generated_tokens=r.generated,
+                trained_tokens=r.trained,
+                staleness=r.staleness,
+                reward=reward,
+                logprob_mismatch=mismatch,
+                kv_usage=r.kv_usage,
+                preemptions=r.preemptions,
+                warmup=i < spec.warmup_steps,
+            )
+        )
     return out
 
 
 def _key(*parts) -> str:
-    return json.dumps([x.model_dump(mode="json") if hasattr(x, "model_dump") else x for x in parts],
-                      sort_keys=True, default=str)
+    return json.dumps(
+        [x.model_dump(mode="json") if hasattr(x, "model_dump") else x for x in parts], sort_keys=True, default=str
+    )
 
 
 @lru_cache(maxsize=4096)
@@ -295,8 +347,14 @@ def _cached_step(key: str) -> tuple:
     return ("ok", r.duration, r.phases, r.staleness, r.kv_usage, r.preemptions)
 
 
-def simulate_step_breakdown(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, config: RLConfig,
-                            scenario: Optional[dict] = None) -> dict:
+def simulate_step_breakdown(
+    model: ModelArch,
+    task: TaskSpec,
+    gpu_type: str,
+    gpus_per_node: int,
+    config: RLConfig,
+    scenario: Optional[dict] = None,
+) -> dict:
     """Noiseless steady-state step: {'duration', 'phases', 'staleness', 'kv_usage', 'preemptions'}."""
     res = _cached_step(_key(model, task, gpu_type, gpus_per_node, config, scenario))
     if res[0] == "infeasible":
@@ -305,7 +363,13 @@ def simulate_step_breakdown(model: ModelArch, task: TaskSpec, gpu_type: str, gpu
     return dict(duration=dur, phases=dict(phases), staleness=lag, kv_usage=kv, preemptions=pre)
 
 
-def simulate_step_time(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, config: RLConfig,
-                       scenario: Optional[dict] = None) -> float:
+def simulate_step_time(
+    model: ModelArch,
+    task: TaskSpec,
+    gpu_type: str,
+    gpus_per_node: int,
+    config: RLConfig,
+    scenario: Optional[dict] = None,
+) -> float:
     """Noiseless expected steady-state step time in seconds (cached). Raises Infeasible."""
     return simulate_step_breakdown(model, task, gpu_type, gpus_per_node, config, scenario)["duration"]

@@ -131,8 +131,13 @@ def efficiency(gpu_type: str, scenario: Optional[dict] = None) -> Efficiency:
 # --------------------------------------------------------------------------- scenario validation
 # Scenario keys that are not Efficiency fields but are read from `Efficiency.extra` (docs/twin.md).
 EXTRA_KEYS: dict[str, type] = {
-    "gpus": int, "reference_policy": bool, "rollout_logprobs": bool, "train_fp8": bool, "fsdp": bool,
-    "length_cv": float, "prompt_mean_tokens": float,
+    "gpus": int,
+    "reference_policy": bool,
+    "rollout_logprobs": bool,
+    "train_fp8": bool,
+    "fsdp": bool,
+    "length_cv": float,
+    "prompt_mean_tokens": float,
 }
 # Ranges of numeric keys, (low, high, low inclusive): a factor outside them is not a cluster, it is a
 # typo (a percent for a fraction, a negative time). Keys not listed must be >= 0.
@@ -140,13 +145,42 @@ _FRACTION = (0.0, 1.0, False)  # (0, 1]
 _PROBABILITY = (0.0, 1.0, True)  # [0, 1]
 _POSITIVE = (0.0, None, False)  # > 0
 _RANGES: dict[str, tuple[float, Optional[float], bool]] = {
-    **dict.fromkeys(("hbm", "hbm_efficiency", "decode_compute", "prefill_mfu", "nvlink", "nic", "train_mfu",
-                     "fwd_ratio", "ckpt_engine_eff"), _FRACTION),
+    **dict.fromkeys(
+        (
+            "hbm",
+            "hbm_efficiency",
+            "decode_compute",
+            "prefill_mfu",
+            "nvlink",
+            "nic",
+            "train_mfu",
+            "fwd_ratio",
+            "ckpt_engine_eff",
+        ),
+        _FRACTION,
+    ),
     **dict.fromkeys(("straggler_prob", "fsdp_overlap", "tp_overlap"), _PROBABILITY),
     "activation_reserve": (0.0, 0.5, True),
-    **dict.fromkeys(("mfu_scale", "comm_efficiency", "moe_gemm_tokens", "moe_width_half", "fp8_train_speedup",
-                     "mb_half_tokens", "pcie_bw", "cpu_adam_params_per_s", "nccl_sync_ratio", "disk_bw", "turns",
-                     "reward_tau", "warmup_train_factor", "length_cv", "prompt_mean_tokens"), _POSITIVE),
+    **dict.fromkeys(
+        (
+            "mfu_scale",
+            "comm_efficiency",
+            "moe_gemm_tokens",
+            "moe_width_half",
+            "fp8_train_speedup",
+            "mb_half_tokens",
+            "pcie_bw",
+            "cpu_adam_params_per_s",
+            "nccl_sync_ratio",
+            "disk_bw",
+            "turns",
+            "reward_tau",
+            "warmup_train_factor",
+            "length_cv",
+            "prompt_mean_tokens",
+        ),
+        _POSITIVE,
+    ),
     **dict.fromkeys(("kernels_per_layer", "graph_max_batch", "mini_batches", "sandboxes", "gpus"), (1.0, None, True)),
     **dict.fromkeys(("reward_start", "reward_gain"), (float("-inf"), None, True)),  # any number
 }
@@ -155,8 +189,11 @@ _RANGES: dict[str, tuple[float, Optional[float], bool]] = {
 def scenario_keys() -> dict[str, type]:
     """Every key `workload.scenario` may hold -> its type (float keys accept integers too)."""
     types = {"int": int, "float": float, "bool": bool}
-    out = {f.name: types[f.type] if isinstance(f.type, str) else f.type
-           for f in dataclasses.fields(Efficiency) if f.name != "extra"}
+    out = {
+        f.name: types[f.type] if isinstance(f.type, str) else f.type
+        for f in dataclasses.fields(Efficiency)
+        if f.name != "extra"
+    }
     out |= {"hbm_efficiency": float, "comm_efficiency": float, "mfu_scale": float}
     return out | EXTRA_KEYS
 
@@ -179,19 +216,27 @@ def check_scenario(scenario: Any) -> list[str]:
         want = known.get(key)
         if want is None:
             near = difflib.get_close_matches(str(key), known, n=1)
-            hint = (f"did you mean {near[0]}? (all keys: docs/twin.md, 'Scenario keys')" if near else
-                    f"the keys are the twin's efficiency factors: {', '.join(sorted(known))} (docs/twin.md)")
+            hint = (
+                f"did you mean {near[0]}? (all keys: docs/twin.md, 'Scenario keys')"
+                if near
+                else f"the keys are the twin's efficiency factors: {', '.join(sorted(known))} (docs/twin.md)"
+            )
             out.append(f"{where}: unknown key: {hint}")
             continue
         if want is bool:
             if not isinstance(value, bool):
                 out.append(f"{where}: must be true or false, not {value!r}")
             continue
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-                (want is int and not isinstance(value, int)):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or (want is int and not isinstance(value, int))
+        ):
             kind = "an integer" if want is int else "a number"
-            out.append(f"{where}: must be {kind}, not {value!r}" +
-                       (" (write it without quotes)" if isinstance(value, str) else ""))
+            out.append(
+                f"{where}: must be {kind}, not {value!r}"
+                + (" (write it without quotes)" if isinstance(value, str) else "")
+            )
             continue
         lo, hi, lo_incl = _RANGES.get(key, (0.0, None, True))
         if value != value or (value < lo if lo_incl else value <= lo) or (hi is not None and value > hi):

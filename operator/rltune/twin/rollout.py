@@ -23,7 +23,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from rltune.api.hardware import GiB, gpu as gpu_spec
+from rltune.api.hardware import GiB
+from rltune.api.hardware import gpu as gpu_spec
 from rltune.api.models import ModelArch, RLConfig, TaskSpec
 
 from .efficiency import Efficiency
@@ -88,8 +89,9 @@ class ReplicaCost:
         return max(self.m0(b) + self.m1 * k, self.c_tok * b + self.c1 * k) + self.f0(b)
 
 
-def replica_cost(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, cfg: RLConfig,
-                 eff: Efficiency) -> ReplicaCost:
+def replica_cost(
+    model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, cfg: RLConfig, eff: Efficiency
+) -> ReplicaCost:
     g = gpu_spec(gpu_type)
     ro = cfg.rollout
     tp = ro.tp
@@ -113,7 +115,6 @@ def replica_cost(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node:
     # KV per GPU per token: GQA heads split over TP (replicated beyond kv_heads); MLA latent replicated.
     kvb = model.kv_bytes_per_token()
     kv_gpu = kvb if model.is_mla else kvb / min(tp, model.kv_heads)
-    dq = model.heads * model.head_dim
     attn_dim = (model.kv_lora_rank + model.rope_head_dim) if model.is_mla else model.head_dim
     attn_flops_per_ctx = 4.0 * model.layers * model.heads * attn_dim  # QK + AV per context token
     f_dec = peak * eff.decode_compute
@@ -156,13 +157,27 @@ def replica_cost(model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node:
             oom=False,
         )
     return ReplicaCost(
-        tp=tp, bw=bw, f_dec=f_dec, f_pre=f_pre, dense_bytes=dense_bytes, expert_bytes=expert_bytes,
-        experts=model.experts, active=model.active_experts, m1=kv_gpu / bw,
-        c_tok=2.0 * active / tp / f_dec, c1=attn_flops_per_ctx / tp / f_dec,
-        pre_tok=2.0 * active / tp / f_pre, pre_pair=attn_flops_per_ctx / tp / f_pre,
-        fixed0=eff.sched_overhead + fixed_comm, fixed_per_seq=eff.sched_per_seq, comm_per_tok=comm_per_tok,
-        eager_extra=eager, graph_max=eff.graph_max_batch, cuda_graphs=ro.cuda_graphs,
-        kv_capacity=cap, weights_gib=weights_gpu / GiB,
+        tp=tp,
+        bw=bw,
+        f_dec=f_dec,
+        f_pre=f_pre,
+        dense_bytes=dense_bytes,
+        expert_bytes=expert_bytes,
+        experts=model.experts,
+        active=model.active_experts,
+        m1=kv_gpu / bw,
+        c_tok=2.0 * active / tp / f_dec,
+        c1=attn_flops_per_ctx / tp / f_dec,
+        pre_tok=2.0 * active / tp / f_pre,
+        pre_pair=attn_flops_per_ctx / tp / f_pre,
+        fixed0=eff.sched_overhead + fixed_comm,
+        fixed_per_seq=eff.sched_per_seq,
+        comm_per_tok=comm_per_tok,
+        eager_extra=eager,
+        graph_max=eff.graph_max_batch,
+        cuda_graphs=ro.cuda_graphs,
+        kv_capacity=cap,
+        weights_gib=weights_gpu / GiB,
     )
 
 
@@ -207,9 +222,16 @@ class ReplicaResult:
     generated: int
 
 
-def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, speed: float = 1.0,
-                     sandboxes: Optional[int] = None, prefix_caching: bool = True,
-                     quantum: int = 16) -> ReplicaResult:
+def simulate_replica(
+    rc: ReplicaCost,
+    ep: Episodes,
+    idx: list,
+    cfg: RLConfig,
+    speed: float = 1.0,
+    sandboxes: Optional[int] = None,
+    prefix_caching: bool = True,
+    quantum: int = 16,
+) -> ReplicaResult:
     """Simulate one engine replica serving episodes `idx` (FIFO), times scaled by `speed` (>1 slower)."""
     ro = cfg.rollout
     S = min(ro.max_num_seqs, ro.max_num_batched_tokens)
@@ -236,8 +258,19 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
         limit = sandboxes or n_ep
         for j in range(n_ep):
             if j < limit:
-                _new_turn_req(j, int(ep.prompt[idx[j]]), int(ep.prompt[idx[j]]), ep.turn_gen[idx[j]][0],
-                              r_ctx, r_pref, r_rem, r_it0, r_fin, r_state, r_ep)
+                _new_turn_req(
+                    j,
+                    int(ep.prompt[idx[j]]),
+                    int(ep.prompt[idx[j]]),
+                    ep.turn_gen[idx[j]][0],
+                    r_ctx,
+                    r_pref,
+                    r_rem,
+                    r_it0,
+                    r_fin,
+                    r_state,
+                    r_ep,
+                )
                 waiting.append(len(r_ctx) - 1)
             else:
                 pending_eps.append(j)
@@ -340,8 +373,7 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
                     ctx_prev = r_ctx[r] + r_rem[r]
                     ctx = ctx_prev + obs
                     pref = obs + 1 if prefix_caching and _cache_hit(C, kv_a + B * it, ctx_prev) else ctx
-                    _new_turn_req(j, ctx, pref, ep.turn_gen[e][k], r_ctx, r_pref, r_rem, r_it0, r_fin, r_state,
-                                  r_ep)
+                    _new_turn_req(j, ctx, pref, ep.turn_gen[e][k], r_ctx, r_pref, r_rem, r_it0, r_fin, r_state, r_ep)
                     push(arrivals, (t + tool, len(r_ctx) - 1))
                 else:
                     finish[j] = t + tool
@@ -350,8 +382,7 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
                         jn = pending_eps.popleft()
                         en = idx[jn]
                         pp = int(ep.prompt[en])
-                        _new_turn_req(jn, pp, pp, ep.turn_gen[en][0], r_ctx, r_pref, r_rem, r_it0, r_fin,
-                                      r_state, r_ep)
+                        _new_turn_req(jn, pp, pp, ep.turn_gen[en][0], r_ctx, r_pref, r_rem, r_it0, r_fin, r_state, r_ep)
                         push(arrivals, (t + tool, len(r_ctx) - 1))
             else:
                 finish[r_ep[r]] = t
@@ -423,8 +454,14 @@ def simulate_replica(rc: ReplicaCost, ep: Episodes, idx: list, cfg: RLConfig, sp
         while heap and (r_state[heap[0][1]] != 1 or r_fin[heap[0][1]] != heap[0][0]):
             pop(heap)
     return ReplicaResult(
-        finish=finish, busy=busy, end=t, preemptions=preempt, kv_peak=min(1.0, kv_peak),
-        kv_mean_tokens=kv_area / t if t > 0 else 0.0, tool_idle=tool_idle, generated=generated,
+        finish=finish,
+        busy=busy,
+        end=t,
+        preemptions=preempt,
+        kv_peak=min(1.0, kv_peak),
+        kv_mean_tokens=kv_area / t if t > 0 else 0.0,
+        tool_idle=tool_idle,
+        generated=generated,
     )
 
 
@@ -456,9 +493,16 @@ class RolloutResult:
     replicas: int
 
 
-def simulate_rollout(rc: ReplicaCost, ep: Episodes, cfg: RLConfig, rollout_gpus: int, speeds=None,
-                     sandboxes: Optional[int] = None, prefix_caching: bool = True,
-                     sample_replicas: Optional[int] = None) -> RolloutResult:
+def simulate_rollout(
+    rc: ReplicaCost,
+    ep: Episodes,
+    cfg: RLConfig,
+    rollout_gpus: int,
+    speeds=None,
+    sandboxes: Optional[int] = None,
+    prefix_caching: bool = True,
+    sample_replicas: Optional[int] = None,
+) -> RolloutResult:
     """All replicas (or only the first `sample_replicas`: finishes of the others stay NaN)."""
     replicas = max(1, rollout_gpus // cfg.rollout.tp)
     n = len(ep)
@@ -477,8 +521,15 @@ def simulate_rollout(rc: ReplicaCost, ep: Episodes, cfg: RLConfig, rollout_gpus:
         idx = list(range(r, n, replicas))  # round-robin assignment (verl splits the batch evenly)
         if not idx:
             continue
-        res = simulate_replica(rc, ep, idx, cfg, speed=speeds[r] if speeds is not None else 1.0,
-                               sandboxes=per_sb, prefix_caching=prefix_caching)
+        res = simulate_replica(
+            rc,
+            ep,
+            idx,
+            cfg,
+            speed=speeds[r] if speeds is not None else 1.0,
+            sandboxes=per_sb,
+            prefix_caching=prefix_caching,
+        )
         for j, e in enumerate(idx):
             finish[e] = res.finish[j]
         pre += res.preemptions
@@ -490,6 +541,13 @@ def simulate_rollout(rc: ReplicaCost, ep: Episodes, cfg: RLConfig, rollout_gpus:
     srt = sorted(x for x in finish if x == x)
     scale = replicas / simulated
     return RolloutResult(
-        finish=finish, end=end, median=srt[len(srt) // 2], preemptions=int(pre * scale), kv_peak=peak,
-        kv_mean_tokens=kvm / simulated, tool_idle=idle / simulated, generated=int(gen * scale), replicas=replicas,
+        finish=finish,
+        end=end,
+        median=srt[len(srt) // 2],
+        preemptions=int(pre * scale),
+        kv_peak=peak,
+        kv_mean_tokens=kvm / simulated,
+        tool_idle=idle / simulated,
+        generated=int(gen * scale),
+        replicas=replicas,
     )

@@ -1,6 +1,7 @@
 """Training side of one RL step: old/ref log-prob passes and the policy update (Megatron-style).
 
-FLOPs per token (docs/references.md 'Performance-model facts'): training 6*N_active + 6*L*s*d_q (s = token-weighted sequence length,
+FLOPs per token (docs/references.md 'Performance-model facts'): training 6*N_active + 6*L*s*d_q
+(s = token-weighted sequence length,
 causal), forward-only log-prob passes 2*N_active + 2*L*s*d_q each; full recompute adds a forward.
 Achieved MFU = hardware MFU x micro-batch GEMM efficiency x TP/CP shape factors, plus explicit
 TP/EP/DP communication, the pipeline bubble (PP-1)/m per optimizer step, and offload transfers.
@@ -11,12 +12,12 @@ with flash attention: no s^2 term) and the fp32 logits of one micro-batch.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from rltune.api.hardware import GiB, gpu as gpu_spec
+from rltune.api.hardware import GiB
+from rltune.api.hardware import gpu as gpu_spec
 from rltune.api.models import ModelArch, RLConfig
 
 from .efficiency import Efficiency
@@ -58,8 +59,16 @@ def _check_layout(model: ModelArch, g_t: int, cfg: RLConfig) -> tuple[int, int]:
     return ep, etp, g_t // mp
 
 
-def train_cost(model: ModelArch, seq_lens: np.ndarray, gpu_type: str, gpus_per_node: int, g_t: int,
-               cfg: RLConfig, eff: Efficiency, reference: bool) -> TrainCost:
+def train_cost(
+    model: ModelArch,
+    seq_lens: np.ndarray,
+    gpu_type: str,
+    gpus_per_node: int,
+    g_t: int,
+    cfg: RLConfig,
+    eff: Efficiency,
+    reference: bool,
+) -> TrainCost:
     g = gpu_spec(gpu_type)
     tr = cfg.trainer
     ep, etp, dp = _check_layout(model, g_t, cfg)
@@ -114,8 +123,19 @@ def train_cost(model: ModelArch, seq_lens: np.ndarray, gpu_type: str, gpus_per_n
             c += tok_per_group * (L / pp) * 4 * h * 2 * (tp - 1) / tp / link * passes * (1 - eff.tp_overlap)
         if model.is_moe and ep > 1:
             link = nvl if ep * tp <= intra else nic
-            c += (tok_per_group / tp) * (model.moe_layers() / pp) * 2 * model.active_experts * h * 2 \
-                * (ep - 1) / ep / link * passes * 0.7
+            c += (
+                (tok_per_group / tp)
+                * (model.moe_layers() / pp)
+                * 2
+                * model.active_experts
+                * h
+                * 2
+                * (ep - 1)
+                / ep
+                / link
+                * passes
+                * 0.7
+            )
         if cp > 1:
             link = nvl if tp * cp <= intra else nic
             kvb = model.kv_bytes_per_token() / L
@@ -147,8 +167,7 @@ def train_cost(model: ModelArch, seq_lens: np.ndarray, gpu_type: str, gpus_per_n
     d_exp = g_t / (etp * pp * ep)
     shard = p_dense / (tp * pp) / d_dense + p_exp / (ep * etp * pp) / d_exp
     if tr.offload:
-        t_train += nmb * (shard / eff.cpu_adam_params_per_s + shard * 6.0 / eff.pcie_bw
-                          + p_gpu * 2.0 * 2 / eff.pcie_bw)
+        t_train += nmb * (shard / eff.cpu_adam_params_per_s + shard * 6.0 / eff.pcie_bw + p_gpu * 2.0 * 2 / eff.pcie_bw)
     else:
         t_train += nmb * shard * 16.0 * 2 / (g.hbm_bw * eff.hbm)
 
@@ -166,8 +185,7 @@ def train_cost(model: ModelArch, seq_lens: np.ndarray, gpu_type: str, gpus_per_n
         state = p_gpu * 4.0
     elif eff.extra.get("fsdp"):
         # FSDP / ZeRO-3 (verl's default trainer): params, grads and optimizer all sharded over data parallel.
-        state = (p_dense / (tp * pp)) * 18.0 / d_dense + (p_exp / (ep * etp * pp)) * 18.0 / d_exp \
-            + total / L * 2.0 * 2
+        state = (p_dense / (tp * pp)) * 18.0 / d_dense + (p_exp / (ep * etp * pp)) * 18.0 / d_exp + total / L * 2.0 * 2
     else:
         state = (p_dense / (tp * pp)) * (6.0 + 12.0 / d_dense) + (p_exp / (ep * etp * pp)) * (6.0 + 12.0 / d_exp)
     act_tok = max(mb, s_max / cp)
@@ -196,6 +214,12 @@ def train_cost(model: ModelArch, seq_lens: np.ndarray, gpu_type: str, gpus_per_n
     resident = 0.0 if tr.offload else p_gpu * 2.0
     achieved = T * 6.0 * active / (g_t * peak * t_train) if t_train > 0 else 0.0
     return TrainCost(
-        old_logprob=t_old, ref_logprob=t_ref, training=t_train, mem_gib=need / GiB, avail_gib=avail / GiB,
-        resident_gib=resident / GiB, params_gib=p_gpu * 2.0 / GiB, mfu=achieved,
+        old_logprob=t_old,
+        ref_logprob=t_ref,
+        training=t_train,
+        mem_gib=need / GiB,
+        avail_gib=avail / GiB,
+        resident_gib=resident / GiB,
+        params_gib=p_gpu * 2.0 / GiB,
+        mfu=achieved,
     )

@@ -1,7 +1,8 @@
 """Workload sampling: response lengths (long-tailed lognormal), agentic episodes (turns, tool latency).
 
 Lengths: lognormal with the task's mean (default max/4) and coefficient of variation (default 1.0),
-clipped at the maximum (docs/references.md 'Workload shapes': DAPO responses are long-tailed; the max of 16 samples is ~5x
+clipped at the maximum (docs/references.md 'Workload shapes': DAPO responses are long-tailed; the
+max of 16 samples is ~5x
 the mean). `stratified=True` gives a deterministic, noise-free sample (quantiles of the
 distribution in a fixed shuffled order): the expectation used by `simulate_step_time`.
 """
@@ -36,12 +37,29 @@ def _std_normal(n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
 
 def _fast_probit(q: np.ndarray) -> np.ndarray:
     # Acklam's rational approximation of the inverse normal CDF (|error| < 1.2e-9).
-    a = [-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02, 1.383577518672690e02,
-         -3.066479806614716e01, 2.506628277459239e00]
-    b = [-5.447609879822406e01, 1.615858368580409e02, -1.556989798598866e02, 6.680131188771972e01,
-         -1.328068155288572e01]
-    c = [-7.784894002430293e-03, -3.223964580411365e-01, -2.400758277161838e00, -2.549732539343734e00,
-         4.374664141464968e00, 2.938163982698783e00]
+    a = [
+        -3.969683028665376e01,
+        2.209460984245205e02,
+        -2.759285104469687e02,
+        1.383577518672690e02,
+        -3.066479806614716e01,
+        2.506628277459239e00,
+    ]
+    b = [
+        -5.447609879822406e01,
+        1.615858368580409e02,
+        -1.556989798598866e02,
+        6.680131188771972e01,
+        -1.328068155288572e01,
+    ]
+    c = [
+        -7.784894002430293e-03,
+        -3.223964580411365e-01,
+        -2.400758277161838e00,
+        -2.549732539343734e00,
+        4.374664141464968e00,
+        2.938163982698783e00,
+    ]
     d = [7.784695709041462e-03, 3.224671290700398e-01, 2.445134137142996e00, 3.754408661907416e00]
     plow = 0.02425
     out = np.empty_like(q)
@@ -50,19 +68,23 @@ def _fast_probit(q: np.ndarray) -> np.ndarray:
     mid = ~(lo | hi)
     ql = np.sqrt(-2 * np.log(q[lo]))
     out[lo] = (((((c[0] * ql + c[1]) * ql + c[2]) * ql + c[3]) * ql + c[4]) * ql + c[5]) / (
-        (((d[0] * ql + d[1]) * ql + d[2]) * ql + d[3]) * ql + 1)
+        (((d[0] * ql + d[1]) * ql + d[2]) * ql + d[3]) * ql + 1
+    )
     qh = np.sqrt(-2 * np.log(1 - q[hi]))
     out[hi] = -(((((c[0] * qh + c[1]) * qh + c[2]) * qh + c[3]) * qh + c[4]) * qh + c[5]) / (
-        (((d[0] * qh + d[1]) * qh + d[2]) * qh + d[3]) * qh + 1)
+        (((d[0] * qh + d[1]) * qh + d[2]) * qh + d[3]) * qh + 1
+    )
     qm = q[mid] - 0.5
     r = qm * qm
-    out[mid] = (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5]) * qm / (
-        ((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    out[mid] = (
+        (((((a[0] * r + a[1]) * r + a[2]) * r + a[3]) * r + a[4]) * r + a[5])
+        * qm
+        / (((((b[0] * r + b[1]) * r + b[2]) * r + b[3]) * r + b[4]) * r + 1)
+    )
     return out
 
 
-def lognormal(n: int, mean: float, cv: float, lo: float, hi: float,
-              rng: Optional[np.random.Generator]) -> np.ndarray:
+def lognormal(n: int, mean: float, cv: float, lo: float, hi: float, rng: Optional[np.random.Generator]) -> np.ndarray:
     """n lognormal draws with the given (unclipped) mean and CV, clipped to [lo, hi], as ints."""
     s2 = math.log1p(cv * cv)
     mu = math.log(max(mean, 1.0)) - s2 / 2
@@ -88,8 +110,7 @@ def max_model_len(task: TaskSpec) -> int:
     return task.max_prompt_tokens + task.max_response_tokens
 
 
-def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Generator],
-                    batches: int = 1) -> Episodes:
+def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Generator], batches: int = 1) -> Episodes:
     n = task.prompts_per_step * task.samples_per_prompt * batches
     cv = task.response_length_cv or eff.extra.get("length_cv", 1.0)
     mean = task.mean_response_tokens or task.max_response_tokens / 4
@@ -117,16 +138,16 @@ def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Gen
     obs = lognormal(total, eff.obs_tokens, 1.0, 0, limit, rng)
     tools = np.zeros(total)
     if tool_mean > 0:
-        s2 = math.log1p(eff.tool_cv ** 2)
+        s2 = math.log1p(eff.tool_cv**2)
         z = _std_normal(total, rng)
         tools = np.exp(math.log(tool_mean) - s2 / 2 + math.sqrt(s2) * z)
     tg, to, tt = [], [], []
     pos = 0
     for e in range(n):
         k = int(turns[e])
-        g = gens[pos:pos + k].tolist()
-        o = obs[pos:pos + k].tolist()
-        tl = tools[pos:pos + k].tolist()
+        g = gens[pos : pos + k].tolist()
+        o = obs[pos : pos + k].tolist()
+        tl = tools[pos : pos + k].tolist()
         pos += k
         # Truncate the episode at the context limit / the response budget.
         ctx = int(prompt[e])
