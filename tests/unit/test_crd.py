@@ -9,6 +9,7 @@ import pathlib
 import yaml
 
 from rltune.api import crdgen
+from rltune.api.metrics import PHASES
 from rltune.api.models import Budget, RLTuningJobSpec
 from rltune.api.status import BaselineStatus, BestStatus, Condition, RLTuningJobStatus, TrialStatus
 
@@ -84,20 +85,7 @@ def test_example_specs_validate():
 
 def _big_status(n: int) -> RLTuningJobStatus:
     now = "2025-01-01T00:00:00Z"
-    summary = {
-        f"phase.{p}": 123.456789
-        for p in (
-            "generation",
-            "generation_tail",
-            "tool",
-            "old_logprob",
-            "ref_logprob",
-            "training",
-            "weight_sync",
-            "waiting",
-            "rollout_idle",
-        )
-    }
+    summary = {f"phase.{p}": 123.456789 for p in PHASES}
     summary |= {
         k: 1234.5678
         for k in (
