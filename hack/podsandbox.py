@@ -51,12 +51,22 @@ class Sandbox:
     env: dict[str, str] = field(default_factory=dict)
     token_files: list[tuple[Path, dict, float]] = field(default_factory=list)  # (file, source, refresh at)
 
+    def mount_order(self) -> list[Mount]:
+        """Parents before children; a mount that would hide another mount's source (an emptyDir at
+        /tmp when the bed's state, where volumes live, is under /tmp) goes after that one."""
+
+        def hides_a_source(m: Mount) -> bool:
+            t = m.target.rstrip("/") + "/"
+            return any(str(o.source).startswith(t) for o in self.mounts if o is not m)
+
+        return sorted(self.mounts, key=lambda m: (hides_a_source(m), m.target.count("/")))
+
     def wrap(self, argv: list[str]) -> list[str]:
         """argv that sets up the mount namespace, then runs argv (exec, same pid as unshare)."""
         if not self.mounts:
             return argv
         lines = ["set -e"]
-        for m in self.mounts:
+        for m in self.mount_order():
             tgt = _q(m.target)
             if m.source.is_dir():
                 lines.append(f"mkdir -p {tgt}")

@@ -32,6 +32,27 @@ def test_image_mapping_regex_matches_globs():
         assert not rx.match(img), img
 
 
+def test_a_mount_that_would_hide_another_mounts_source_goes_last():
+    """The chart's emptyDir at /tmp must not hide the service-account volume when the bed's state
+    (where volumes are materialised) lives under /tmp, as in a CI clone."""
+    from pathlib import Path
+
+    from podsandbox import Mount, Sandbox
+
+    state = Path("/tmp/clone/.state/bed/volumes/uid")
+    sb = Sandbox(
+        mounts=[
+            Mount(state / "tmp", "/tmp", False),
+            Mount(state / "kube-api-access", "/var/run/secrets/kubernetes.io/serviceaccount", True),
+            Mount(state / "config", "/etc/rltune", True),
+        ]
+    )
+    order = [m.target for m in sb.mount_order()]
+    assert order[-1] == "/tmp" and set(order[:2]) == {"/etc/rltune", "/var/run/secrets/kubernetes.io/serviceaccount"}
+    script = sb.wrap(["true"])[6]
+    assert script.index("'/tmp'") > script.index("serviceaccount")
+
+
 def test_kwok_stages_are_data_with_the_runner_images_filled_in():
     """hack/kwok/*.yaml are the Stages; the pods the runner executes are excluded from kwok's own
     completion and deletion by the image selector filled in for @MAPPED_IMAGES@."""
