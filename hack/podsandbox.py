@@ -19,7 +19,9 @@ never be tried. With it, a container gets what a real kubelet gives it:
 
 Differences from a kubelet, on purpose: the container runs as the runner's user (root) whatever its
 securityContext says; the root filesystem is not made read-only; projected tokens are refreshed at
-80% of their lifetime by the runner's tick, not by a separate manager.
+80% of their lifetime by the runner's tick, not by a separate manager; and since the container shares
+the host's filesystem, a volume whose mountPath would cover the repository or the bed's state (an
+emptyDir at /tmp when the checkout is under /tmp) is not mounted (logged).
 """
 
 from __future__ import annotations
@@ -107,6 +109,7 @@ class PodSandboxes:
         log: Callable[[str], None] = print,
     ):
         self.root = state / "volumes"
+        self.protected = [Path(__file__).resolve().parent.parent, state.resolve()]  # the repository, the state
         self.request = request
         self.host, self.port = apiserver_host, apiserver_port
         self.log = log
@@ -136,12 +139,25 @@ class PodSandboxes:
                 self._materialise(pod, vol, src, sb)
             if vm.get("subPath"):
                 src = src / vm["subPath"]
+            if self._hides_the_bed(vm["mountPath"]):
+                # on a node the container has its own root filesystem; here it shares the host's, and
+                # a mount over the repository or the bed's state (an emptyDir at /tmp in a checkout
+                # under /tmp) would hide the python and the files the pod runs from
+                self.log(
+                    f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: volume {vm['name']} not "
+                    f"mounted at {vm['mountPath']}: it would hide the test bed's own files"
+                )
+                continue
             sb.mounts.append(Mount(src, vm["mountPath"], bool(vm.get("readOnly"))))
         hosts = base / "etc-hosts"  # every pod gets one, as from a kubelet
         hosts.parent.mkdir(parents=True, exist_ok=True)
         hosts.write_text(self._hosts(pod))
         sb.mounts.append(Mount(hosts, "/etc/hosts", False))
         return sb
+
+    def _hides_the_bed(self, mount_path: str) -> bool:
+        target = Path(mount_path).resolve()
+        return any(p == target or target in p.parents for p in self.protected)
 
     def refresh_tokens(self, sb: Sandbox, pod: dict) -> None:
         """Re-request projected tokens that passed 80% of their lifetime."""

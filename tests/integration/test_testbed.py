@@ -53,6 +53,18 @@ def test_a_mount_that_would_hide_another_mounts_source_goes_last():
     assert script.index("'/tmp'") > script.index("serviceaccount")
 
 
+def test_a_volume_over_the_beds_own_files_is_not_mounted(tmp_path):
+    """The container shares the host's filesystem here: an emptyDir at a parent of the checkout or
+    of the bed's state would hide the python the pod runs with."""
+    from podsandbox import PodSandboxes
+
+    state = tmp_path / "clone" / ".state" / "bed"
+    sbx = PodSandboxes(state, request=None, apiserver_host="127.0.0.1", apiserver_port=1, log=lambda m: None)
+    assert sbx._hides_the_bed(str(tmp_path)) and sbx._hides_the_bed(str(state))
+    assert sbx._hides_the_bed(str(testbed.REPO.parent)) and sbx._hides_the_bed("/")
+    assert not sbx._hides_the_bed("/etc/rltune") and not sbx._hides_the_bed(str(state / "volumes" / "x"))
+
+
 def test_kwok_stages_are_data_with_the_runner_images_filled_in():
     """hack/kwok/*.yaml are the Stages; the pods the runner executes are excluded from kwok's own
     completion and deletion by the image selector filled in for @MAPPED_IMAGES@."""
