@@ -79,7 +79,7 @@ def run(
                 backend.cancel(tid)
                 timeline.append((tid, launched.pop(tid), time.monotonic() - t_start))
         for t in status.trials:
-            if t.state.is_active and t.id not in launched and t.id not in {x[0] for x in timeline}:
+            if t.state.is_active and t.id not in launched:  # a torn-down trial is never active again
                 seeds[t.id] = seed if t.kind == "baseline" else seed + len(seeds)
                 backend.launch(
                     t.id,
