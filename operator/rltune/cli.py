@@ -35,6 +35,12 @@ def load_job(path: str) -> tuple[str, str, RLTuningJobSpec]:
         spec = RLTuningJobSpec.model_validate(body)
     except Exception as e:  # pydantic ValidationError: show it plainly
         raise SystemExit(f"rltune: {path}: invalid RLTuningJob spec:\n{e}") from None
+    from .adapters.registry import resolve
+
+    try:
+        spec = resolve(spec)  # a framework job's baseline is the command it runs today
+    except ValueError as e:
+        raise SystemExit(f"rltune: {path}: {e}") from None
     return meta.get("namespace", "default"), meta.get("name", Path(path).stem), spec
 
 

@@ -69,10 +69,10 @@ def test_summary_round_trip():
     assert tp.unflatten_summary(tp.flatten_summary(s, keep_rewards=True)) == s
 
 
-def test_render_verl():
-    out = render_overrides("verl", {"rollout.maxNumSeqs": 512, "rollout.cudaGraphs": True})
-    assert "actor_rollout_ref.rollout.max_num_seqs=512" in out
-    assert "actor_rollout_ref.rollout.enforce_eager=false" in out
+def test_render_canonical():
+    """rltune's own workloads: the changed knobs as sorted canonical path=value (frameworks: adapters)."""
+    out = render_overrides("twin", {"rollout.maxNumSeqs": 512, "rollout.cudaGraphs": True})
+    assert out == ["rollout.cudaGraphs=true", "rollout.maxNumSeqs=512"]
 
 
 def test_promql_selector():

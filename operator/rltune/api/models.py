@@ -491,6 +491,13 @@ class AsyncKnobs(CamelModel):
     partial_rollout: bool = Field(
         False, description="Interrupt long generations at weight sync and resume them under the new policy."
     )
+    stale_fraction: Optional[float] = Field(
+        None,
+        ge=0,
+        le=1,
+        description="Fraction of a training batch that may come from older policy versions (verl fully-async's "
+        "staleness_threshold); unset = bounded by staleness alone. Only frameworks that express it run it.",
+    )
 
 
 class CpuKnobs(CamelModel):

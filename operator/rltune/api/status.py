@@ -160,6 +160,19 @@ class BestStatus(CamelModel):
     overrides: list[str] = Field(
         default_factory=list, description="The winning knobs rendered as key=value overrides for the framework."
     )
+    command: Optional[list[str]] = Field(
+        None,
+        description="verl/OpenRLHF: the full command to run the winner (its mode's entry point and every "
+        "override, the user's own included).",
+    )
+    mode: Optional[str] = Field(None, description="verl/OpenRLHF: the framework mode the winner runs in.")
+
+
+class DroppedKnob(CamelModel):
+    """A knob the job's framework cannot express: pinned to the baseline, never searched."""
+
+    knob: str = Field(description="Canonical knob path, e.g. async.staleFraction.")
+    reason: str = Field(description="Why the framework cannot run it.")
 
 
 class RLTuningJobStatus(CamelModel):
@@ -176,6 +189,12 @@ class RLTuningJobStatus(CamelModel):
     best: Optional[BestStatus] = Field(None, description="The winning configuration, once there is one.")
     forecast_error: Optional[float] = Field(
         None, description="Median relative error of the step-time forecasts of finished trials."
+    )
+    framework: Optional[str] = Field(
+        None, description="verl/OpenRLHF: the adapter used: framework, the version it was checked against, backend."
+    )
+    dropped_knobs: Optional[list[DroppedKnob]] = Field(
+        None, description="Knobs the framework cannot express (pinned to the baseline), with the reason."
     )
     trials_done: str = Field("0/0", description="Finished search trials / budget.maxTrials, e.g. 5/12.")
     trials_failed: int = Field(0, ge=0, description="Search trials that failed (not merely rejected).")

@@ -295,6 +295,18 @@ CATALOG: list[Knob] = [
         "cuts the long tail by resuming long generations under the next policy",
         features={"partial": _flag},
     ),
+    # verl fully-async's fractional bound; no physics models it yet (the twin ignores it), so only
+    # a framework adapter that can run it supplies values (rltune.adapters)
+    Knob(
+        "async.staleFraction",
+        "async",
+        "float",
+        None,
+        lambda s, m: [],
+        "0..1; only where the framework expresses it (verl fully-async); staleness >= 1",
+        "lets up to this share of a batch come from older policies: more overlap, more off-policy samples",
+        features={"stalefrac": lambda v: 4.0 * (v or 0.0)},
+    ),
     # Real mode on CPUs: only moved when the job lists values (no GPU physics speaks to them, so
     # the forecaster cannot rank them: trials measure them).
     Knob(

@@ -24,6 +24,8 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from ..adapters.registry import adapter_for, coverage
+from ..adapters.registry import problems as framework_problems
 from ..api.models import ModelArch, RLConfig, RLTuningJobSpec
 from . import physics
 from .forecast import Forecaster, features
@@ -54,17 +56,24 @@ class Space:
         unknown = [p for p in list(listed) + list(frozen) if p not in BY_PATH and p not in ("gpus",)]
         if unknown:
             raise ValueError(f"searchSpace names unknown knobs {unknown}: known are {sorted(BY_PATH)} and gpus")
+        # what the job's framework can express (rltune.adapters): dropped knobs stay at the
+        # baseline, restricted ones keep only values the framework can run
+        self.coverage = coverage(spec)
         self.values: dict[str, list] = {}
         for k in CATALOG:
             if k.path == "trainerGpus":
                 continue
             b = self.base.get(k.path)
-            if k.path in frozen or (k.moe_only and not self.model.is_moe):
+            runnable = self.coverage.values.get(k.path)
+            if k.path in frozen or (k.moe_only and not self.model.is_moe) or self.coverage.is_dropped(k.path):
                 vals = [b]
             elif k.path in listed:
                 vals = list(listed[k.path]) or [b]
             else:
-                vals = _uniq([b] + list(k.values(spec, self.model)))
+                default = list(k.values(spec, self.model))
+                vals = _uniq([b] + (default if default or runnable is None else list(runnable)))
+            if runnable is not None:
+                vals = [v for v in vals if v == b or v in runnable] or [b]
             self.values[k.path] = vals
         # staleness never above the limit (the baseline's own value is allowed as given)
         ms = spec.constraints.max_staleness
@@ -143,24 +152,35 @@ class Space:
             for place in self.values["placement"]:
                 splits = [None] if place == "colocated" else self.trainer_splits(gpus)
                 for tg in splits:
-                    for st in self.values["async.staleness"]:
-                        for pr in self.values["async.partialRollout"]:
-                            if pr and st < 1:
-                                continue
-                            for ws in self.values["weightSync"]:
-                                for cpu in self.halves(CPU_KNOBS):
-                                    out.append(
-                                        {
-                                            "gpus": gpus,
-                                            "placement": place,
-                                            "trainerGpus": tg,
-                                            "async.staleness": st,
-                                            "async.partialRollout": pr,
-                                            "weightSync": ws,
-                                        }
-                                        | cpu
-                                    )
+                    for st, pr, sf in itertools.product(
+                        self.values["async.staleness"],
+                        self.values["async.partialRollout"],
+                        self.values["async.staleFraction"],
+                    ):
+                        if (pr or sf) and st < 1:
+                            continue
+                        for ws in self.values["weightSync"]:
+                            for cpu in self.halves(CPU_KNOBS):
+                                out.append(
+                                    {
+                                        "gpus": gpus,
+                                        "placement": place,
+                                        "trainerGpus": tg,
+                                        "async.staleness": st,
+                                        "async.partialRollout": pr,
+                                        "async.staleFraction": sf,
+                                        "weightSync": ws,
+                                    }
+                                    | cpu
+                                )
         return out
+
+    def framework_problem(self, k: dict) -> Optional[str]:
+        """The first constraint of the job's framework a full flat configuration violates."""
+        if adapter_for(self.spec.workload.framework) is None:
+            return None
+        found = framework_problems(self.spec, self.config(k))
+        return found[0] if found else None
 
     def halves(self, names: tuple[str, ...]) -> list[dict]:
         return [dict(zip(names, combo)) for combo in itertools.product(*(self.values[n] for n in names))]
@@ -325,6 +345,8 @@ def candidates(
                 out.append(k)
     if exclude:
         out = [k for k in out if not exclude(k)]
+    if adapter_for(gspec.workload.framework) is not None:
+        out = [k for k in out if space.framework_problem(k) is None]
     preds = fc.predict_many(out)
     res = []
     for k, p in zip(out, preds):

@@ -26,6 +26,8 @@ from typing import Any, Callable, Iterable, Optional
 
 from pydantic import ValidationError
 
+from ..adapters.registry import FRAMEWORKS
+from ..adapters.registry import problems as framework_problems
 from ..api.models import RLConfig, RLTuningJobSpec
 from . import physics
 from .knobs import BY_PATH, ROLLOUT_KNOBS, TRAINER_KNOBS
@@ -54,11 +56,41 @@ def check_spec(spec: RLTuningJobSpec) -> list[Problem]:
     value_problems, clean = _search_values(spec)
     space = Space(clean)
     base_problems = _baseline(space)
-    out = value_problems + base_problems
+    out = _framework(space) + value_problems + base_problems
     # With values dropped the space is not the one the user wrote, and an invalid baseline pins
     # knobs (MoE knobs on a dense model) to its invalid value: judge the space once both are fixed.
     if not out:
         out += _some_valid_configuration(space)
+    return out
+
+
+# --------------------------------------------------------------------------- framework
+
+
+def _framework(space: Space) -> list[Problem]:
+    """What the job's framework cannot run: a searchSpace naming a knob it cannot express (the
+    search would silently never move it), and a baseline its own constraints refuse."""
+    cov, ss, fw = space.coverage, space.spec.search_space, space.spec.workload.framework
+    out = [
+        Problem(
+            f"spec.searchSpace.knobs.{d.knob}",
+            f"{fw} cannot run this knob ({d.why}): remove it from searchSpace.knobs",
+        )
+        for d in cov.dropped
+        if d.knob in (ss.knobs or {}) and ss.knobs[d.knob]
+    ]
+    for path, vals in (ss.knobs or {}).items():
+        runnable = cov.values.get(path)
+        bad = [v for v in vals if runnable is not None and v not in runnable]
+        if bad and not cov.is_dropped(path):
+            out.append(
+                Problem(
+                    f"spec.searchSpace.knobs.{path}",
+                    f"{fw} cannot run {bad}: use values among {runnable}",
+                )
+            )
+    base = [] if fw not in FRAMEWORKS else framework_problems(space.spec, space.spec.baseline)
+    out += [Problem("spec.workload.command", f"the baseline command breaks a {fw} rule: {p}") for p in base]
     return out
 
 
