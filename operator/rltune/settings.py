@@ -90,6 +90,12 @@ class OperatorSettings(_Model):
     pod_security: PodSecurityBounds = Field(default_factory=PodSecurityBounds)
     reconcile_interval: float = Field(2.0, gt=0)
     workers: int = Field(8, ge=1)
+    bridge_image: str = Field(
+        "ghcr.io/rltune/trial:0.1.0",
+        min_length=1,
+        description="Image whose rltune package the init container of a verl/OpenRLHF trial's Ray head copies "
+        "the metrics bridge from (the user's image needs no rltune).",
+    )
 
     @field_validator("pushgateway_url")
     @classmethod
@@ -116,6 +122,7 @@ ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], Any]] = {
     "RLTUNE_PUSHGATEWAY_URL": (("pushgatewayUrl",), str),
     "RLTUNE_RECONCILE_INTERVAL": (("reconcileInterval",), float),
     "RLTUNE_WORKERS": (("workers",), int),
+    "RLTUNE_BRIDGE_IMAGE": (("bridgeImage",), str),
     "RLTUNE_GPU_POOL_SELECTOR": (("gpuPool", "nodeSelector"), json.loads),
     "RLTUNE_POD_SECURITY": (("podSecurity",), json.loads),
 }

@@ -203,7 +203,7 @@ def test_unmatched_selector_is_a_condition_not_a_timeout(bed, core, namespace, r
     assert not bedlib.pod_creations(bed, namespace), "a pod was created for an unplaceable job"
 
 
-def test_unsupported_framework_and_host_path_are_refused(bed, core, namespace, release):
+def test_a_verl_job_without_verl_command_and_host_path_are_refused(bed, core, namespace, release):
     env, name, sys_ns = release
     verl = small_job("verl-job")
     verl["spec"]["workload"]["framework"] = "verl"
@@ -212,7 +212,7 @@ def test_unsupported_framework_and_host_path_are_refused(bed, core, namespace, r
     apply(env, namespace, verl)
     apply(env, namespace, host)
     for jname, reason, field in (
-        ("verl-job", "UnsupportedFramework", "spec.workload.framework"),
+        ("verl-job", "InvalidCommand", "spec.workload.command"),
         ("hostpath-job", "PodSecurityViolation", "hostPath"),
     ):
         job = wait(

@@ -36,6 +36,7 @@ JOB_RULES = [
     ([""], ["services"], ["get", "list", "watch", "create", "delete"]),
     ([""], ["events"], ["create", "patch"]),
     (["events.k8s.io"], ["events"], ["create", "patch"]),
+    (["ray.io"], ["rayjobs"], ["get", "list", "watch", "create", "delete"]),
 ]
 CLUSTER_READ_RULES = [
     ([""], ["nodes"], ["get", "list", "watch"]),

@@ -15,7 +15,7 @@ from bed import testbed
 from rltune.api.hardware import CATALOG
 from rltune.api.models import RLTuningJobSpec
 from rltune.controller import pods as P
-from rltune.controller.placement import check_pool, pod_requests, quantity, supported_framework, why_not
+from rltune.controller.placement import check_pool, pod_requests, quantity, why_not
 from rltune.settings import GpuPoolSettings, OperatorSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "twin-demo.yaml"
@@ -176,22 +176,6 @@ def test_affinity_operators_and_requests():
 
 def test_empty_cluster():
     assert "no nodes" in check_pool([], trial_pod_spec(make_spec()))
-
-
-@pytest.mark.parametrize("framework", ["verl", "openrlhf"])
-def test_frameworks_without_adapter_are_refused_naming_the_field(framework):
-    raw = yaml.safe_load(EXAMPLE.read_text())["spec"]
-    raw["workload"]["framework"] = framework
-    msg = supported_framework(RLTuningJobSpec.model_validate(raw))
-    assert msg.startswith("spec.workload.framework:") and repr(framework) in msg
-    assert "twin" in msg and "reference" in msg and "never runs the twin" in msg
-
-
-def test_supported_frameworks_pass():
-    for fw in ("twin", "reference"):
-        raw = yaml.safe_load(EXAMPLE.read_text())["spec"]
-        raw["workload"]["framework"] = fw
-        assert supported_framework(RLTuningJobSpec.model_validate(raw)) is None
 
 
 def test_gpus_per_node_must_be_a_node_size_the_pool_has():

@@ -80,4 +80,8 @@ for the ClusterRole (all namespaces) and the per-namespace Roles. Nothing on Sec
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# verl/OpenRLHF trials are KubeRay RayJobs (a rule for a kind not installed grants nothing)
+- apiGroups: ["ray.io"]
+  resources: ["rayjobs"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 {{- end }}

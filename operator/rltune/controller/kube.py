@@ -13,10 +13,12 @@ from kubernetes.client.rest import ApiException
 
 from ..api.crdgen import GROUP, PLURAL, VERSION
 from . import pods as P
+from . import rayjob as RJ
 from .reconcile import Conflict, Refusal
 
 log = logging.getLogger("rltune.controller")
 NODE_CACHE_SECONDS = 10.0
+KUBERAY_CACHE_SECONDS = 60.0
 
 
 class KubeCluster:
@@ -33,6 +35,7 @@ class KubeCluster:
         self._api = api_client
         self.group, self.version, self.plural = group, version, plural
         self._nodes: Optional[tuple[float, list[dict]]] = None
+        self._kuberay: Optional[tuple[float, bool]] = None
 
     @functools.cached_property
     def api(self) -> client.ApiClient:
@@ -86,13 +89,9 @@ class KubeCluster:
     def refusal(self, manifest: dict) -> Optional[Refusal]:
         """Create `manifest` as a server-side dry run (strict field validation): None when the API
         server would accept it (or it exists already), else its message. Nothing is persisted."""
-        ns = manifest["metadata"]["namespace"]
         kw = {"dry_run": "All", "field_validation": "Strict"}
         try:
-            if manifest["kind"] == "Pod":
-                self.core.create_namespaced_pod(ns, manifest, **kw)
-            elif manifest["kind"] == "Service":
-                self.core.create_namespaced_service(ns, manifest, **kw)
+            self._create(manifest, **kw)
             return None
         except ApiException as e:
             if e.status == 409 or e.status >= 500 or e.status == 429:
@@ -115,15 +114,42 @@ class KubeCluster:
         res = self.core.list_namespaced_pod(namespace, label_selector=f"{P.LABEL_JOB}={job}")
         return [self.api.sanitize_for_serialization(p) for p in res.items]
 
+    def _create(self, manifest: dict, **kw) -> None:
+        ns, kind = manifest["metadata"]["namespace"], manifest["kind"]
+        if kind == "Pod":
+            self.core.create_namespaced_pod(ns, manifest, **kw)
+        elif kind == "Service":
+            self.core.create_namespaced_service(ns, manifest, **kw)
+        elif kind == RJ.KIND:
+            self.custom.create_namespaced_custom_object(RJ.GROUP, RJ.VERSION, ns, RJ.PLURAL, manifest, **kw)
+        else:
+            raise ValueError(kind)
+
+    def serves_rayjobs(self) -> bool:
+        """Whether the KubeRay operator's RayJob kind (ray.io/v1) is installed; checked once a minute."""
+        now = time.monotonic()
+        if self._kuberay is None or now - self._kuberay[0] > KUBERAY_CACHE_SECONDS:
+            try:
+                found = any(r.name == RJ.PLURAL for r in self.custom.get_api_resources(RJ.GROUP, RJ.VERSION).resources)
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                found = False
+            self._kuberay = (now, found)
+        return self._kuberay[1]
+
+    def list_rayjobs(self, namespace: str, job: str) -> list[dict]:
+        """The job's trial RayJobs ([] without KubeRay)."""
+        if not self.serves_rayjobs():
+            return []
+        res = self.custom.list_namespaced_custom_object(
+            RJ.GROUP, RJ.VERSION, namespace, RJ.PLURAL, label_selector=f"{P.LABEL_JOB}={job}"
+        )
+        return res.get("items", [])
+
     def create(self, manifest: dict) -> bool:
-        ns = manifest["metadata"]["namespace"]
         try:
-            if manifest["kind"] == "Pod":
-                self.core.create_namespaced_pod(ns, manifest, field_validation="Strict")
-            elif manifest["kind"] == "Service":
-                self.core.create_namespaced_service(ns, manifest, field_validation="Strict")
-            else:
-                raise ValueError(manifest["kind"])
+            self._create(manifest, field_validation="Strict")
             return True
         except ApiException as e:
             if e.status == 409:
@@ -133,6 +159,19 @@ class KubeCluster:
     def delete_trial(self, namespace: str, job: str, trial: str) -> None:
         sel = f"{P.LABEL_JOB}={job},{P.LABEL_TRIAL}={trial}"
         try:
+            if self.serves_rayjobs():
+                try:  # first, so that KubeRay does not re-create the pods deleted below
+                    self.custom.delete_namespaced_custom_object(
+                        RJ.GROUP,
+                        RJ.VERSION,
+                        namespace,
+                        RJ.PLURAL,
+                        RJ.rayjob_name(job, trial),
+                        propagation_policy="Background",
+                    )
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
             pods = self.core.list_namespaced_pod(namespace, label_selector=sel).items
             for p in pods:
                 if p.metadata.deletion_timestamp is None:

@@ -8,9 +8,6 @@ is ignored: cordoned nodes and the node lifecycle controller's `node.kubernetes.
 taints (not-ready, unreachable, pressure) do not make a pool wrong. When no node fits, the message
 names the selector and what the cluster's nodes carry, so a wrong selector becomes a condition on
 the job instead of trials that wait for their timeout.
-
-`supported_framework` refuses frameworks without an adapter: rltune never runs the twin in place
-of a real framework, which would put simulated speed-ups in the status of a real job.
 """
 
 from __future__ import annotations
@@ -21,7 +18,6 @@ from typing import Any, Optional
 
 GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
-SUPPORTED_FRAMEWORKS = ("twin", "reference")
 FIX = (
     "set spec.resources.nodeSelector or the chart's gpuPool.nodeSelector to labels your GPU nodes carry, "
     "spec.resources.gpuType to the GPU they have (or spec.resources.gpuProductAffinity: false where GPU nodes "
@@ -54,21 +50,6 @@ def quantity(v: Any) -> float:
     if not m:
         return 0.0
     return float(m.group(1)) * _SUFFIX[m.group(2) or ""]
-
-
-def supported_framework(spec: Any) -> Optional[str]:
-    """None when the job's framework can run; else why not (names spec.workload.framework)."""
-    fw = spec.workload.framework
-    if fw in SUPPORTED_FRAMEWORKS:
-        return None
-    return (
-        f"spec.workload.framework: {fw!r} has no adapter in this rltune version yet; supported: "
-        f"{', '.join(SUPPORTED_FRAMEWORKS)} (twin = the simulated cluster, reference = rltune's own GRPO "
-        f"loop). rltune never runs the twin in place of {fw}, so the job is not started"
-    )
-
-
-# --------------------------------------------------------------------------- matching
 
 
 def _labels(node: dict) -> dict[str, str]:

@@ -22,6 +22,7 @@ from typing import Callable, Optional, Protocol
 
 from pydantic import ValidationError
 
+from ..adapters.registry import adapter_for
 from ..api.models import RLTuningJobSpec
 from ..api.status import FailureCause, RLTuningJobStatus, TrialState, TrialStatus
 from ..settings import OperatorSettings
@@ -30,8 +31,16 @@ from ..tuner import lifecycle as L
 from ..tuner import records as R
 from . import placement, podsecurity, prom
 from . import pods as P
+from . import rayjob as RJ
 
 log = logging.getLogger("rltune.controller")
+
+
+NO_KUBERAY = (
+    "{} trials run as KubeRay RayJobs, and the ray.io/v1 RayJob kind is not installed: install the KubeRay "
+    "operator (https://docs.ray.io/en/latest/cluster/kubernetes/getting-started/kuberay-operator-installation.html); "
+    "the job starts by itself once it is there"
+)
 
 
 class Conflict(Exception):
@@ -60,6 +69,8 @@ class Cluster(Protocol):
     def list_nodes(self) -> list[dict]: ...  # the cluster's nodes (may be a few seconds old)
     def refusal(self, manifest: dict) -> Optional[Refusal]: ...  # server-side dry run of a create
     def delete_trial(self, namespace: str, job: str, trial: str) -> None: ...
+    def serves_rayjobs(self) -> bool: ...  # the KubeRay operator's RayJob kind is installed
+    def list_rayjobs(self, namespace: str, job: str) -> list[dict]: ...
 
 
 class Metrics(Protocol):
@@ -96,6 +107,12 @@ def validate_spec(raw: dict) -> RLTuningJobSpec:
             msg = err["msg"].removeprefix("Value error, ")
             errs.append(f"spec.{loc}: {msg}" if loc else f"spec: {msg}")
         raise InvalidSpec("; ".join(errs)) from None
+    from ..adapters.registry import resolve
+
+    try:
+        spec = resolve(spec)  # a framework job's baseline is the command it runs today
+    except ValueError as e:
+        raise InvalidSpec(str(e), "InvalidCommand") from None
     b = spec.baseline
     if b.placement == "disaggregated" and b.trainer_gpus is not None and b.trainer_gpus >= R.gpus_of(spec, b):
         raise InvalidSpec("spec.baseline.trainerGpus must be fewer than baseline.gpus when placement is disaggregated")
@@ -104,9 +121,9 @@ def validate_spec(raw: dict) -> RLTuningJobSpec:
 
 def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
     """What the operator refuses before any pod exists: a spec that contradicts itself (layouts,
-    the model, the search space: tuner.validation), a twin scenario of the wrong shape, a framework
-    it cannot run for real (it never runs the twin in its place) and a podTemplate that asks for
-    more than the cluster admin allows."""
+    the model, the search space: tuner.validation), a twin scenario of the wrong shape, and a
+    podTemplate that asks for more than the cluster admin allows. (A verl/OpenRLHF command that
+    does not load is refused in `validate_spec`, when its baseline is read.)"""
     from ..tuner.validation import check_spec
 
     problems = [str(p) for p in check_spec(spec)]
@@ -116,9 +133,6 @@ def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
         problems += check_scenario(spec.workload.scenario)
     if problems:
         raise InvalidSpec("; ".join(problems[:4]))
-    why = placement.supported_framework(spec)
-    if why:
-        raise InvalidSpec(why, "UnsupportedFramework")
     if spec.resources.pod_template:
         bad = podsecurity.check_pod_template(spec.resources.pod_template, settings.pod_security)
         if bad:
@@ -163,23 +177,39 @@ class Reconciler:
             d = L.refuse_spec(status, e.reason, str(e), gen, now)
             self._commit(body, status, d, [], spec=None)
             return d.status.phase
+        on_ray = adapter_for(spec.workload.framework) is not None
+        if on_ray and not self.cluster.serves_rayjobs():
+            d = L.wait_for(
+                status, "RayAvailable", "KubeRayMissing", NO_KUBERAY.format(spec.workload.framework), gen, now
+            )
+            self._commit(body, status, d, [], spec)
+            return d.status.phase
         pods_by_trial: dict[str, list[dict]] = defaultdict(list)
         for p in self.cluster.list_trial_pods(namespace, name):
             pods_by_trial[p["metadata"]["labels"].get(P.LABEL_TRIAL, "")].append(p)
-        observations = self._observe(spec, status, pods_by_trial, namespace, name)
+        rayjobs = {
+            r["metadata"]["labels"].get(P.LABEL_TRIAL, ""): r
+            for r in (self.cluster.list_rayjobs(namespace, name) if on_ray else [])
+        }
+        if on_ray:
+            L.set_condition(status, "RayAvailable", "True", "KubeRay", "trials run as KubeRay RayJobs", gen, now)
+        observations = self._observe(spec, status, pods_by_trial, namespace, name, rayjobs)
         d = L.step(spec, status, observations, now, gen)
         # pods of trials that are no longer active (and leftovers of a crash after a status write)
         active = {t.id for t in d.status.trials if t.state.is_active}
-        d.teardown.extend(tid for tid in pods_by_trial if tid not in active)
+        d.teardown.extend(tid for tid in {**pods_by_trial, **rayjobs} if tid not in active)
         # pods of Pending trials that have none yet, once the cluster says they can exist
         create: list[dict] = []
         for _ in range(3):  # a refused trial may make the search start another one: check it too
             refused: dict[str, L.Observation] = {}
             create = []
             for t in d.status.trials:
-                if t.state == TrialState.PENDING and len(pods_by_trial.get(t.id, [])) < P.ranks_for(
-                    t.gpus or 1, spec.resources.gpus_per_node
-                ):
+                missing = (
+                    t.id not in rayjobs
+                    if on_ray
+                    else len(pods_by_trial.get(t.id, [])) < P.ranks_for(t.gpus or 1, spec.resources.gpus_per_node)
+                )
+                if t.state == TrialState.PENDING and missing:
                     manifests = self._manifests(body, spec, t)
                     r = self._refusal(manifests, spec.resources.gpus_per_node)
                     if r is None:
@@ -201,6 +231,7 @@ class Reconciler:
         pods_by_trial: dict[str, list[dict]],
         namespace: str,
         name: str,
+        rayjobs: dict[str, dict],
     ) -> dict[str, L.Observation]:
         """What the pods and Prometheus say of each active trial. Metrics are read only where the
         lifecycle needs them: trials being scored, finishing, or (search) candidates for early stop."""
@@ -215,14 +246,23 @@ class Reconciler:
                 continue
             pods = pods_by_trial.get(t.id, [])
             n = P.ranks_for(t.gpus or 1, spec.resources.gpus_per_node)
-            rank0 = next((p for p in pods if p["metadata"]["labels"].get(P.LABEL_RANK) == "0"), None)
-            failed = [p for p in pods if P.pod_phase(p) == "Failed"]
-            placed = len(pods) >= n and all(P.is_scheduled(p) for p in pods)
-            done = t.state != TrialState.PENDING and (rank0 is None or P.pod_phase(rank0) == "Succeeded")
-            failure = P.failure_reason(failed[0]) if failed else ""
-            exported = self.metrics.reason(prom_url, namespace, name, t.id, names) if failed and prom_url else None
+            if t.id in rayjobs or adapter_for(spec.workload.framework) is not None:
+                # a RayJob: the head and workers hold the GPUs; the Ray job's status says how it ended
+                pods = [p for p in pods if p["metadata"]["labels"].get(P.LABEL_RANK) != "submitter"]
+                ok, why = RJ.outcome(rayjobs.get(t.id))
+                failed = [p for p in pods if P.pod_phase(p) == "Failed"]
+                placed = len(pods) >= n and all(P.is_scheduled(p) for p in pods)
+                done = t.state != TrialState.PENDING and ok
+                failure = why or (P.failure_reason(failed[0]) if failed else "")
+            else:
+                rank0 = next((p for p in pods if p["metadata"]["labels"].get(P.LABEL_RANK) == "0"), None)
+                failed = [p for p in pods if P.pod_phase(p) == "Failed"]
+                placed = len(pods) >= n and all(P.is_scheduled(p) for p in pods)
+                done = t.state != TrialState.PENDING and (rank0 is None or P.pod_phase(rank0) == "Succeeded")
+                failure = P.failure_reason(failed[0]) if failed else ""
+            exported = self.metrics.reason(prom_url, namespace, name, t.id, names) if failure and prom_url else None
             steps, err = None, ""
-            if not failed and (
+            if not failure and (
                 t.state == TrialState.SCORING or (t.state == TrialState.RUNNING and (done or t.kind == "search"))
             ):
                 try:
@@ -253,6 +293,12 @@ class Reconciler:
             "controller": True,
             "blockOwnerDeletion": True,
         }
+        config = R.config_from_diff(spec.baseline, t.config)
+        if adapter_for(spec.workload.framework) is not None:
+            pgw = prom.pushgateway_url(spec.metrics.pushgateway_url)
+            return [
+                RJ.rayjob_manifest(md["namespace"], md["name"], owner, spec, t.id, config, t.steps, pgw, self.settings)
+            ]
         pods, svc = P.trial_manifests(
             md["namespace"],
             md["name"],
@@ -273,7 +319,10 @@ class Reconciler:
         strict field checks, admission and Pod Security). A full quota is no refusal: it may pass later."""
         # first whether the pods are valid at all (an invalid toleration would otherwise show up as
         # a node it cannot tolerate), then whether the cluster has a node of the job's size for each
-        for m in manifests:
+        # a RayJob's pods are created by KubeRay: their templates are dry-run as pods here (Pod
+        # Security admission, quotas), so that a refusal is this trial's outcome, not a RayCluster
+        # that never gets its pods
+        for m in manifests + [p for rj in manifests for p in RJ.pods_of(rj)]:
             r = self.cluster.refusal(m)
             if r is not None and r.permanent:
                 return L.Refusal(
@@ -281,7 +330,7 @@ class Reconciler:
                 )
             if r is not None:
                 return QUOTA_FULL
-        trial_pods = [m for m in manifests if m["kind"] == "Pod"]
+        trial_pods = [m for m in manifests if m["kind"] == "Pod"] + [p for rj in manifests for p in RJ.pods_of(rj)]
         nodes = self.cluster.list_nodes() if trial_pods else []
         for m in trial_pods:
             why = placement.check_gpus_per_node(nodes, m["spec"], gpus_per_node) or placement.check_pool(

@@ -29,6 +29,7 @@ from ..api.status import (
     BaselineStatus,
     BestStatus,
     Condition,
+    DroppedKnob,
     FailureCause,
     Phase,
     RLTuningJobStatus,
@@ -184,6 +185,23 @@ def refuse_spec(status: RLTuningJobStatus, reason: str, message: str, gen: int, 
     return Decisions(status, events=events)
 
 
+def wait_for(status: RLTuningJobStatus, condition: str, reason: str, message: str, gen: int, now: float) -> Decisions:
+    """Something the cluster lacks (e.g. the KubeRay operator) keeps the job from starting: it waits,
+    saying so in `condition`=False, and goes on by itself once the cluster has it."""
+    status = status.model_copy(deep=True)
+    status.started_at = status.started_at or now_iso(now)
+    old = next((c for c in status.conditions if c.type == condition), None)
+    events = (
+        []
+        if old is not None and old.status == "False" and old.reason == reason
+        else [Event("Warning", reason, message)]
+    )
+    status.observed_generation = gen
+    set_phase(status, Phase.PENDING, message, gen, now)
+    set_condition(status, condition, "False", reason, message, gen, now)
+    return Decisions(status, events=events)
+
+
 # --------------------------------------------------------------------------- the step
 
 
@@ -311,6 +329,7 @@ class _Lifecycle:
         (self.info if state in (TrialState.SUCCEEDED, TrialState.STOPPED) else self.warn)(f"Trial{state}", msg, t.id)
 
     def start_baseline(self) -> None:
+        self.report_coverage()
         if not any(t.kind == "baseline" for t in self.status.trials):
             self.add_trial("baseline", "baseline", self.spec.baseline, self.spec.budget.steps_per_trial)
         self.status.baseline = self.status.baseline or BaselineStatus(
@@ -556,7 +575,25 @@ class _Lifecycle:
         self.set_best(bt, confirmed=False)
         self.succeed(why)
 
+    def report_coverage(self) -> None:
+        """A framework job: which adapter runs it, and the knobs it cannot express (never searched)."""
+        from ..adapters.registry import adapter_for, coverage
+
+        if adapter_for(self.spec.workload.framework) is None:
+            return
+        cov = coverage(self.spec)
+        self.status.framework = f"{cov.framework} {cov.version} ({cov.backend})"
+        dropped = [DroppedKnob(knob=d.knob, reason=d.why) for d in cov.dropped]
+        if dropped and self.status.dropped_knobs != dropped:
+            self.info(
+                "KnobsDropped",
+                f"{cov.framework} cannot express {len(dropped)} knob(s), kept at the baseline: "
+                + ", ".join(d.knob for d in dropped),
+            )
+        self.status.dropped_knobs = dropped or None
+
     def set_best(self, t: TrialStatus, confirmed: bool, of: Optional[TrialStatus] = None) -> None:
+        from ..adapters.registry import framework_command
         from ..adapters.render import render_overrides
 
         base = self.status.baseline
@@ -573,6 +610,12 @@ class _Lifecycle:
             confirmed=confirmed,
             overrides=render_overrides(self.spec.workload.framework, src.config),
         )
+        winner = framework_command(self.spec, self.config_of(src))
+        if winner is not None:
+            ours = framework_command(self.spec, self.spec.baseline)
+            before = set(ours.overrides) if ours else set()
+            self.status.best.overrides = [o for o in winner.overrides if o not in before]
+            self.status.best.command, self.status.best.mode = winner.argv, winner.mode
         self.status.speedup = f"{speed:.2f}x"
 
     def succeed(self, why: str) -> None:

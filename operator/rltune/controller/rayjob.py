@@ -1,0 +1,238 @@
+"""A verl/OpenRLHF trial as a KubeRay RayJob, the way users run these frameworks on Kubernetes.
+
+One RayJob per trial (`<job>-<trial>`, deterministic: a re-create after a crash is 409, not a
+second trial): a RayCluster of one head pod and `nodes - 1` worker pods, each holding one node's
+GPUs on the GPU pool (the same affinity, selector, tolerations, requests and restricted security
+context as any trial pod, and the job's podTemplate merged into each), and KubeRay's submitter
+(K8sJobMode) running the trial's command as the Ray job's entry point. KubeRay deletes the
+RayCluster when the job finishes (`shutdownAfterJobFinishes`); the operator deletes the RayJob when
+the trial ends, which removes everything it owns.
+
+The entry point is the framework's own command (its mode's main, the user's overrides with the
+configuration's knobs, a bounded number of steps) wrapped by rltune's metrics bridge
+(`rltune.adapters.bridge`), which tees the log unchanged and pushes rltune's metrics to the
+Pushgateway. The user's image need not contain rltune: an init container of the head pod copies
+the bridge (stdlib only) from rltune's trial image into an emptyDir the head mounts at BRIDGE_DIR.
+
+Without the KubeRay operator (no ray.io/v1 RayJob kind) rltune does not launch Ray itself: the job
+waits with the condition RayAvailable=False (reason KubeRayMissing).
+"""
+
+from __future__ import annotations
+
+import copy
+import shlex
+from typing import Any, Optional
+
+from ..adapters.registry import framework_command
+from ..api.models import RLConfig, RLTuningJobSpec
+from ..settings import OperatorSettings
+from ..settings import current as current_settings
+from . import pods as P
+
+API_VERSION = "ray.io/v1"
+KIND = "RayJob"
+GROUP, VERSION, PLURAL = "ray.io", "v1", "rayjobs"
+BRIDGE_DIR = "/opt/rltune"
+BRIDGE_VOLUME = "rltune-bridge"
+WORKER_GROUP = "gpu"
+NAME_LIMIT = 40  # KubeRay derives RayCluster, head Service and submitter Job names from it
+
+
+def rayjob_name(job: str, trial: str) -> str:
+    return P.dns_name(job, trial, limit=NAME_LIMIT)
+
+
+def entrypoint(
+    spec: RLTuningJobSpec, config: RLConfig, namespace: str, job: str, trial: str, steps: int, pushgateway: str
+) -> str:
+    """The Ray job's entry point: the bridge around the framework's trial command, as one shell line."""
+    cmd = framework_command(spec, config, steps)
+    assert cmd is not None, "a RayJob trial needs a framework adapter"
+    bridge = [
+        "python3",
+        "-m",
+        "rltune.adapters.bridge",
+        "--framework",
+        spec.workload.framework,
+        "--pushgateway",
+        pushgateway,
+        "--namespace",
+        namespace,
+        "--job",
+        job,
+        "--trial",
+        trial,
+        "--warmup-steps",
+        str(spec.budget.warmup_steps),
+        "--",
+    ]
+    return f'PYTHONPATH={BRIDGE_DIR}"${{PYTHONPATH:+:$PYTHONPATH}}" ' + shlex.join(bridge + cmd.argv)
+
+
+def _pod_template(
+    spec: RLTuningJobSpec,
+    settings: OperatorSettings,
+    labels: dict[str, str],
+    gpus: int,
+    annotations: dict[str, str],
+    head: bool,
+) -> dict:
+    wl = spec.workload
+    env = [{"name": e.name, "value": e.value} for e in (wl.env or [])]
+    container: dict[str, Any] = {
+        "name": "trial",
+        "image": wl.image,
+        "env": env,
+        "resources": P.container_resources(spec, settings, gpus),
+        # the framework image's own user (Ray images run as uid 1000); the rest of "restricted"
+        "securityContext": copy.deepcopy(P.RESTRICTED_CONTAINER_SECURITY),
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod: dict[str, Any] = {
+        "containers": [container],
+        "tolerations": P.tolerations_for(spec, settings),
+        "enableServiceLinks": False,
+        "automountServiceAccountToken": False,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    if head:
+        container["volumeMounts"] = [{"name": BRIDGE_VOLUME, "mountPath": BRIDGE_DIR}]
+        pod["volumes"] = [{"name": BRIDGE_VOLUME, "emptyDir": {}}]
+        pod["initContainers"] = [
+            {
+                "name": "rltune-bridge",
+                "image": settings.bridge_image,
+                "command": ["python", "-m", "rltune.adapters.bridge", "--install", BRIDGE_DIR],
+                "volumeMounts": [{"name": BRIDGE_VOLUME, "mountPath": BRIDGE_DIR}],
+                "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+                "securityContext": copy.deepcopy(P.RESTRICTED_CONTAINER_SECURITY),
+            }
+        ]
+    selector = P.pool_selector(spec, settings)
+    if selector:
+        pod["nodeSelector"] = selector
+    if P.uses_gpu_resource(spec) and spec.resources.gpu_product_affinity:
+        pod["affinity"] = P.product_affinity(spec.resources.gpu_type)
+    if spec.resources.pod_template:
+        pod = P.merge_pod_spec(pod, spec.resources.pod_template)
+    return {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod}
+
+
+def rayjob_manifest(
+    namespace: str,
+    job: str,
+    owner: Optional[dict],
+    spec: RLTuningJobSpec,
+    trial: str,
+    config: RLConfig,
+    steps: int,
+    pushgateway: str,
+    settings: Optional[OperatorSettings] = None,
+) -> dict:
+    """The RayJob of one trial. Pods carry the trial's labels (rank 0 = the head), so the operator
+    reads them like any trial's pods."""
+    settings = settings or current_settings()
+    gpus = config.gpus or spec.resources.gpu_budget
+    per_node = spec.resources.gpus_per_node
+    nodes = P.ranks_for(gpus, per_node)
+    labels = {
+        P.LABEL_JOB: job,
+        P.LABEL_TRIAL: trial,
+        "app.kubernetes.io/name": "rltune-trial",
+        "app.kubernetes.io/managed-by": "rltune",
+    }
+    notes = {P.ANNOTATION_GPUS: str(gpus)}
+    head = _pod_template(spec, settings, labels | {P.LABEL_RANK: "0"}, min(gpus, per_node), notes, head=True)
+    cluster: dict[str, Any] = {
+        "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": head},
+    }
+    if nodes > 1:
+        worker = _pod_template(spec, settings, labels | {P.LABEL_RANK: "worker"}, per_node, notes, head=False)
+        cluster["workerGroupSpecs"] = [
+            {
+                "groupName": WORKER_GROUP,
+                "replicas": nodes - 1,
+                "minReplicas": nodes - 1,
+                "maxReplicas": nodes - 1,
+                "rayStartParams": {},
+                "template": worker,
+            }
+        ]
+    submitter = {
+        "metadata": {"labels": labels | {P.LABEL_RANK: "submitter"}},
+        "spec": {
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    # no command: KubeRay fills in `ray job submit ... -- <entrypoint>` (K8sJobMode)
+                    "name": "ray-job-submitter",
+                    "image": spec.workload.image,
+                    "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+                    "securityContext": copy.deepcopy(P.RESTRICTED_CONTAINER_SECURITY),
+                }
+            ],
+        },
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": rayjob_name(job, trial),
+            "namespace": namespace,
+            "labels": dict(labels),
+            "annotations": dict(notes),
+            "ownerReferences": [copy.deepcopy(owner)] if owner else [],
+        },
+        "spec": {
+            "entrypoint": entrypoint(spec, config, namespace, job, trial, steps, pushgateway),
+            "submissionMode": "K8sJobMode",
+            "shutdownAfterJobFinishes": True,
+            "activeDeadlineSeconds": spec.budget.trial_timeout_seconds,
+            "backoffLimit": 0,
+            "rayClusterSpec": cluster,
+            "submitterPodTemplate": submitter,
+            "submitterConfig": {"backoffLimit": 0},
+        },
+    }
+
+
+# --------------------------------------------------------------------------- reading its outcome
+
+
+def outcome(rayjob: Optional[dict]) -> tuple[bool, str]:
+    """(finished successfully, failure reason or "") from a RayJob's status."""
+    st = (rayjob or {}).get("status") or {}
+    job_status = st.get("jobStatus") or ""
+    deployment = st.get("jobDeploymentStatus") or ""
+    if job_status == "SUCCEEDED" or (deployment == "Complete" and job_status in ("", "SUCCEEDED")):
+        return True, ""
+    if job_status in ("FAILED", "STOPPED") or deployment in ("Failed", "ValidationFailed"):
+        why = st.get("message") or st.get("reason") or f"Ray job {job_status or deployment}"
+        return False, f"RayJob {deployment or job_status}: {why}"[:300]
+    return False, ""
+
+
+def pods_of(manifest: dict) -> list[dict]:
+    """The pods a RayJob manifest's RayCluster will have, one per group (named after the group), for
+    the checks a trial's own pods get before creation (server-side dry run, nodes that fit)."""
+    if manifest.get("kind") != KIND:
+        return []
+    md, cluster = manifest["metadata"], manifest["spec"]["rayClusterSpec"]
+    groups = [("head", cluster["headGroupSpec"])] + [(g["groupName"], g) for g in cluster.get("workerGroupSpecs", [])]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": P.dns_name(md["name"], group),
+                "namespace": md["namespace"],
+                "labels": dict(g["template"]["metadata"].get("labels") or {}),
+            },
+            "spec": copy.deepcopy(g["template"]["spec"]),
+        }
+        for group, g in groups
+    ]
