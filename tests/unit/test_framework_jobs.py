@@ -177,3 +177,22 @@ def test_job_podtemplate_reaches_every_ray_pod():
     m = RJ.rayjob_manifest("ns", "j", None, spec, "t1", spec.baseline, 3, "http://pgw:9091", OperatorSettings())
     for p in RJ.pods_of(m):
         assert {"name": "NCCL_DEBUG", "value": "WARN"} in p["spec"]["containers"][0]["env"]
+
+
+@pytest.mark.parametrize("example", ["verl-dapo-b300.yaml", "openrlhf-grpo-b300.yaml"])
+def test_the_examples_load_with_the_frameworks_own_loaders(example):
+    """Each example's baseline command, and its first trial's command, load in the framework's own
+    config loader (verl: Hydra compose; OpenRLHF: train_ppo_ray's real parser and asserts)."""
+    from test_adapter_openrlhf import parse
+
+    raw = yaml.safe_load((EXAMPLE.parent / example).read_text())["spec"]
+    spec = spec_of(raw)
+    assert check_spec(spec) == []
+    for cmd in (registry.user_command(spec), registry.framework_command(spec, spec.baseline, steps=3).argv):
+        if spec.workload.framework == "verl":
+            cfg = compose(cmd)
+            assert int(cfg.data.train_batch_size) == spec.workload.task.prompts_per_step
+        else:
+            entry = cmd.index("openrlhf.cli.train_ppo_ray")
+            args = parse(cmd[entry + 1 :])
+            assert args is not None
