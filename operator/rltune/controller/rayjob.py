@@ -194,8 +194,8 @@ def rayjob_manifest(
             "activeDeadlineSeconds": spec.budget.trial_timeout_seconds,
             "backoffLimit": 0,
             "rayClusterSpec": cluster,
+            # KubeRay's submitter retries (backoffLimit 2) are safe: it checks the submission id first
             "submitterPodTemplate": submitter,
-            "submitterConfig": {"backoffLimit": 0},
         },
     }
 
