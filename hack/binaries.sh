@@ -8,7 +8,9 @@
 #
 # Output: ${XDG_CACHE_HOME:-$HOME/.cache}/rltune/bin/<k8s-version>/
 #   etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
-# Versions are pinned below; the bin dir is keyed by them (VERSIONS file).
+#   kuberay-operator + kuberay/ (KubeRay's CRDs and operator ClusterRole, copied from the Go module)
+# Versions are pinned below; the bin dir is keyed by them (VERSIONS file). KubeRay is not part of
+# the key (adding it would rebuild everything): a bin dir without kuberay-operator gets it built.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.34.12}"          # newest 1.34 patch on the proxy
@@ -16,6 +18,7 @@ STAGING_VERSION="v0.${K8S_VERSION#v1.}"          # k8s.io/api etc: v0.34.12
 ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.19.5}"
+KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"     # github.com/ray-project/kuberay/ray-operator
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/rltune"
 BIN="$CACHE/bin/$K8S_VERSION-etcd$ETCD_VERSION-kwok$KWOK_VERSION-helm$HELM_VERSION"
@@ -23,9 +26,15 @@ BIN="$CACHE/bin/$K8S_VERSION-etcd$ETCD_VERSION-kwok$KWOK_VERSION-helm$HELM_VERSI
 case "${1:-}" in
   --print) echo "$BIN"; exit 0 ;;
   --check)
-    for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm; do
+    for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm \
+             kuberay-operator; do
       [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b" >&2; exit 1; }
     done
+    for f in crd/ray.io_rayclusters.yaml crd/ray.io_rayjobs.yaml crd/ray.io_rayservices.yaml rbac/role.yaml; do
+      [[ -f "$BIN/kuberay/$f" ]] || { echo "missing $BIN/kuberay/$f" >&2; exit 1; }
+    done
+    grep -qx "kuberay=$KUBERAY_VERSION" "$BIN/VERSIONS" 2>/dev/null \
+      || { echo "kuberay-operator in $BIN is not $KUBERAY_VERSION" >&2; exit 1; }
     echo "$BIN"; exit 0 ;;
 esac
 
@@ -109,12 +118,36 @@ if need helm; then
     "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION"
 fi
 
+# ---- KubeRay operator + CRDs --------------------------------------------------------
+# Not in the bin dir key: a binary of another version (VERSIONS) is rebuilt in place.
+if ! grep -qx "kuberay=$KUBERAY_VERSION" "$BIN/VERSIONS" 2>/dev/null; then
+  rm -rf "$BIN/kuberay-operator" "$BIN/kuberay"
+fi
+if need kuberay-operator || [[ ! -f "$BIN/kuberay/rbac/role.yaml" ]]; then
+  d="$WORK/kuberay"; mkdir -p "$d"
+  mod=github.com/ray-project/kuberay/ray-operator
+  log "kuberay $KUBERAY_VERSION: resolving module"
+  (cd "$d" && go mod init rltune.local/kuberaybin >/dev/null 2>&1 \
+     && go mod edit -go=1.26.0 && go get "$mod@$KUBERAY_VERSION" >&2)
+  gobuild "$d" kuberay-operator "$mod"
+  src=$(cd "$d" && go list -m -f '{{.Dir}}' "$mod")
+  rm -rf "$BIN/kuberay.tmp"; mkdir -p "$BIN/kuberay.tmp/crd" "$BIN/kuberay.tmp/rbac"
+  for c in rayclusters rayjobs rayservices; do
+    cp "$src/config/crd/bases/ray.io_$c.yaml" "$BIN/kuberay.tmp/crd/"
+  done
+  cp "$src/config/rbac/role.yaml" "$BIN/kuberay.tmp/rbac/"
+  chmod -R u+w "$BIN/kuberay.tmp"
+  rm -rf "$BIN/kuberay" "$BIN/kuberay-crds"; mv "$BIN/kuberay.tmp" "$BIN/kuberay"
+  log "kuberay: CRDs and ClusterRole copied from $src/config"
+fi
+
 cat > "$BIN/VERSIONS" <<EOF
 kubernetes=$K8S_VERSION
 staging=$STAGING_VERSION
 etcd=$ETCD_VERSION
 kwok=$KWOK_VERSION
 helm=$HELM_VERSION
+kuberay=$KUBERAY_VERSION
 go=$(go env GOVERSION)
 EOF
 log "done in $(( $(date +%s) - T0 ))s -> $BIN"

@@ -163,6 +163,10 @@ class Invoker:
     def mapped_containers(self, pod: dict) -> list[dict]:
         return [c for c in pod["spec"].get("containers", []) if self.image_entry(c.get("image", ""))]
 
+    def init_containers(self, pod: dict) -> list[dict]:
+        """The pod's init containers in order (run by the runner when the pod is one of its own)."""
+        return list(pod["spec"].get("initContainers") or [])
+
     def argv_for(self, c: dict, env: dict) -> list[str]:
         """command + args of the container, else of its image entry; `python` -> the repo's venv."""
         entry = self.image_entry(c["image"]) or {}
@@ -183,11 +187,18 @@ class Invoker:
         the pod's; RLTUNE_POD_UID/RLTUNE_BED_STATE always."""
         md = pod["metadata"]
         pod_env = container_env(self.read, pod, c)
+        entry = self.image_entry(c.get("image", "")) or {}
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "KUBECONFIG")}
-        if (self.image_entry(c.get("image", "")) or {}).get("bedEnv"):
+        if entry.get("bedEnv"):
             env.update(self.bed_env)
+        if entry.get("venvPath"):  # the image's own tools (ray, python, pip) are the venv's
+            env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "/usr/bin:/bin")])
         env.update(sandbox_env)
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO / "operator"), str(REPO)])
+        pythonpath = [str(REPO / "operator"), str(REPO)]
+        if entry.get("podNetwork"):  # hack/podnet/sitecustomize.py: the pod's own network for Python
+            pythonpath.insert(0, str(HACK / "podnet"))
+            env["RLTUNE_POD_IP"] = (pod.get("status") or {}).get("podIP") or ""
+        env["PYTHONPATH"] = os.pathsep.join(pythonpath)
         env.update(pod_env)  # the pod's env wins
         env["RLTUNE_POD_UID"] = md["uid"]
         env["RLTUNE_BED_STATE"] = str(self.state)

@@ -93,6 +93,8 @@ class Proc:
         return -1  # unknown: lost while the runner was down
 
     def signal(self, sig: int) -> None:
+        if self.rec["pid"] <= 0:
+            return  # a container that never ran (ProcessTable.record_done); killpg(0) is our own group
         try:
             os.killpg(self.rec["pid"], sig)
         except (ProcessLookupError, PermissionError):
@@ -171,6 +173,34 @@ class ProcessTable(dict[str, Proc]):
         self.save(rec)
         self[key] = proc = Proc(rec, p, sandbox)
         log(f"started {md['namespace']}/{md['name']} [{container}] pid {p.pid}: {' '.join(argv)}")
+        return proc
+
+    def record_done(self, pod: dict, container: str, logfile: Path) -> Proc:
+        """A container the bed does not run (an init container of an unmapped image) recorded as
+        completed at once, the way kwok reports such containers."""
+        md = pod["metadata"]
+        t = now_iso()
+        rec = {
+            "uid": md["uid"],
+            "namespace": md["namespace"],
+            "name": md["name"],
+            "container": container,
+            "pid": 0,
+            "starttime": None,
+            "exitfile": str(self.recdir / f"{md['uid']}_{container}.exit"),
+            "log": str(logfile),
+            "startedAt": t,
+            "restartCount": 0,
+            "argv": [],
+            "exitCode": 0,
+            "finishedAt": t,
+            "reason": "Completed",
+            "done": True,
+        }
+        self.save(rec)
+        self[f"{md['uid']}_{container}"] = proc = Proc(rec)
+        with open(logfile, "ab") as lf:
+            lf.write(f"==== {t} container {container}: image not run by the test bed, counted as completed\n".encode())
         return proc
 
     def finish(self, proc: Proc) -> bool:

@@ -4,6 +4,12 @@ kwok nodes have no kubelet: kwok only makes pods *look* Running. This runner exe
 containers of pods whose image is mapped in hack/images.yaml as local processes and reports their
 fate back into the pod status, like a minimal kubelet:
 
+* init containers: once kwok has made the pod Running (pod IP assigned), the pod's init containers
+  run first, one after another to completion, as a kubelet runs them: the pod goes back to Pending
+  with Initialized=False and initContainerStatuses (main containers waiting PodInitializing); an
+  init container whose image is not mapped counts as completed at once (kwok's behaviour); a
+  failing one is restarted with back-off (restartPolicy Always/OnFailure) or fails the pod (Never).
+  Once all completed the pod is Running, Initialized and Ready, and the main containers start.
 * start: once kwok has made the pod Running (pod IP assigned), each mapped container's
   command + args run as a process in its own session (process group), with the pod's env
   (values, downward-API fieldRefs, resourceFieldRefs, configMap/secret refs, envFrom), cwd = repo
@@ -48,10 +54,19 @@ from podinvoke import Invoker
 from podlogs import KubectlLogs
 from podprocs import Proc, ProcessTable
 from podsandbox import PodSandboxes, SandboxError
-from podstatus import StatusWriter, container_statuses, final_states, terminated
+from podstatus import (
+    StatusWriter,
+    container_statuses,
+    final_states,
+    init_status_patch,
+    initialized_patch,
+    pod_initializing,
+    terminated,
+)
 from podtargets import ScrapeTargets
 
 MAX_GRACE = 30.0
+HOSTS_EVERY = 2.0  # seconds between /etc/hosts refreshes (Services whose endpoint came up later)
 
 
 def backoff(restarts: int) -> float:
@@ -72,6 +87,8 @@ class Runner:
         self.pods: dict[str, dict] = {}  # uid -> latest pod object (mapped pods only)
         self.restart_at: dict[str, float] = {}  # container key -> when to restart
         self.finalizing: set[str] = set()  # uids whose deletion we finalized
+        self.hosts_at = 0.0  # next /etc/hosts refresh
+        self.init_begun: set[str] = set()  # uids whose init phase this runner started and not ended
         self.events: queue.Queue = queue.Queue()
         self.stop = threading.Event()
 
@@ -89,8 +106,12 @@ class Runner:
             self._deleting(pod)
             return
         st = pod.get("status") or {}
-        if not pod["spec"].get("nodeName") or st.get("phase") != "Running" or not st.get("podIP"):
+        if not pod["spec"].get("nodeName") or not st.get("podIP"):
             return  # wait for kwok to make it Running (pod IP assigned)
+        if st.get("phase") != "Running" and not (st.get("phase") == "Pending" and pod_initializing(pod)):
+            return
+        if not self.run_init_containers(pod):
+            return
         self.targets.write(pod)
         statuses = container_statuses(pod)
         for c in mapped:
@@ -99,6 +120,44 @@ class Runner:
             if "terminated" in ((statuses.get(c["name"]) or {}).get("state") or {}):
                 continue  # already ran (e.g. before a runner restart whose records were wiped)
             self.start_container(pod, c)
+
+    def run_init_containers(self, pod: dict) -> bool:
+        """Advance the pod's init containers, in order; True once all completed (and the pod was
+        reported Initialized). Progress lives in the process records, so a restarted runner picks
+        up where it was; a pod whose main containers already ran is past its init phase."""
+        inits = self.invoker.init_containers(pod)
+        if not inits:
+            return True
+        uid = pod["metadata"]["uid"]
+        if any(f"{uid}_{c['name']}" in self.procs for c in self.invoker.mapped_containers(pod)):
+            return True
+        for i, c in enumerate(inits):
+            key = f"{uid}_{c['name']}"
+            p = self.procs.get(key)
+            if p is None:
+                if i == 0 or not pod_initializing(pod):
+                    self.status.patch(pod, init_status_patch(pod, {}))
+                    self.init_begun.add(uid)
+                if self.invoker.image_entry(c.get("image", "")) is None:
+                    # not an image the bed runs: completed at once, as kwok reports it
+                    self.procs.record_done(pod, c["name"], self.logs.path(pod))
+                    self._init_state(pod, c["name"], self.procs[key])
+                    continue
+                self.start_container(pod, c)
+                return False
+            if not p.rec.get("done") or p.rec.get("exitCode") != 0:
+                return False  # running, or failed (on_exit restarts it or failed the pod)
+        if pod_initializing(pod) or uid in self.init_begun:
+            self.init_begun.discard(uid)
+            self.status.patch(pod, initialized_patch(pod))
+            log(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: init containers completed")
+        return True
+
+    def _init_state(self, pod: dict, cname: str, p: Proc, lost: bool = False) -> None:
+        rec = p.rec
+        state = terminated(rec, lost) if rec.get("done") else {"running": {"startedAt": rec["startedAt"]}}
+        fields = {"state": state, "ready": bool(rec.get("done")), "restartCount": rec.get("restartCount", 0)}
+        self.status.patch(pod, init_status_patch(pod, {cname: fields}))
 
     def _deleted(self, pod: dict) -> None:
         """The pod object is gone: stop what is left of it at once."""
@@ -134,11 +193,16 @@ class Runner:
 
     def start_container(self, pod: dict, c: dict, restart_count: int = 0) -> None:
         md = pod["metadata"]
+        is_init = any(ic["name"] == c["name"] for ic in self.invoker.init_containers(pod))
         try:
-            sb = self.sandboxes.prepare(pod, c)
+            sb = self.sandboxes.prepare(pod, c, self.invoker.image_entry(c.get("image", "")))
         except (SandboxError, ApiError) as e:
             # what a kubelet reports when a volume cannot be set up; retried on the next event
             log(f"{md['namespace']}/{md['name']} [{c['name']}]: {e}")
+            if is_init:
+                waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": str(e)[:500]}}
+                self.status.patch(pod, init_status_patch(pod, {c["name"]: {"state": waiting}}))
+                return
             self.status.patch_container(
                 pod,
                 c["name"],
@@ -150,7 +214,9 @@ class Runner:
         logfile = self.logs.path(pod)
         p = self.procs.start(pod, c["name"], restart_count, inv.argv, inv.env, inv.cwd, logfile, sb)
         self.logs.wire(pod, logfile)
-        if restart_count:
+        if is_init:
+            self._init_state(pod, c["name"], p)
+        elif restart_count:
             self.status.patch_container(
                 pod, c["name"], {"running": {"startedAt": p.rec["startedAt"]}}, ready=True, restart_count=restart_count
             )
@@ -166,6 +232,10 @@ class Runner:
         t = time.time()
         self.logs.pump(self.pods)
         self._refresh_tokens()
+        if t >= self.hosts_at:
+            self.hosts_at = t + HOSTS_EVERY
+            live = {p.rec["uid"] for p in self.procs.values() if not p.rec.get("done")}
+            self.sandboxes.refresh_hosts([pod for uid, pod in self.pods.items() if uid in live], self.state / "hosts")
         for key, p in list(self.procs.items()):
             if p.rec.get("done"):
                 continue
@@ -205,7 +275,8 @@ class Runner:
             pod = self.pods.get(p.rec["uid"]) if p is not None else None
             if pod is None or pod["metadata"].get("deletionTimestamp"):
                 continue
-            c = next((c for c in pod["spec"]["containers"] if c["name"] == p.rec["container"]), None)
+            specs = list(pod["spec"]["containers"]) + self.invoker.init_containers(pod)
+            c = next((c for c in specs if c["name"] == p.rec["container"]), None)
             if c is not None:
                 self.procs.pop(key, None)
                 self.start_container(pod, c, restart_count=p.rec.get("restartCount", 0) + 1)
@@ -222,6 +293,9 @@ class Runner:
         cname, n, code = rec["container"], rec.get("restartCount", 0), rec["exitCode"]
         term = terminated(rec, lost)
         policy = pod["spec"].get("restartPolicy", "Always")
+        if any(c["name"] == cname for c in self.invoker.init_containers(pod)):
+            self._init_exited(pod, proc, lost, policy)
+            return
         if policy == "Always" or (policy == "OnFailure" and code != 0):
             self.restart_at[proc.key] = time.time() + backoff(n)
             self.status.patch_container(
@@ -240,6 +314,26 @@ class Runner:
         phase, states = final_states(pod, {k: p.rec for k, p in mapped.items()}, rec["finishedAt"])
         self.status.patch_container(pod, cname, term, ready=False, restart_count=n, phase=phase, all_states=states)
         self.targets.remove(pod)
+
+    def _init_exited(self, pod: dict, proc: Proc, lost: bool, policy: str) -> None:
+        """An init container ended: the next one starts (0), or it restarts with back-off
+        (Always/OnFailure), or the pod failed (Never), as a kubelet handles it."""
+        rec = proc.rec
+        cname, n, code = rec["container"], rec.get("restartCount", 0), rec["exitCode"]
+        if code == 0:
+            self._init_state(pod, cname, proc, lost)
+            self.safe_reconcile(pod)
+            return
+        term = terminated(rec, lost)
+        if policy in ("Always", "OnFailure"):
+            self.restart_at[proc.key] = time.time() + backoff(n)
+            waiting = {"waiting": {"reason": "CrashLoopBackOff"}}
+            self.status.patch(
+                pod, init_status_patch(pod, {cname: {"state": waiting, "lastState": term, "restartCount": n}})
+            )
+            return
+        self.status.patch(pod, init_status_patch(pod, {cname: {"state": term, "restartCount": n}}, phase="Failed"))
+        log(f"{rec['namespace']}/{rec['name']}: init container {cname} failed ({code}): pod Failed")
 
     # ------------------------------------------------------------------ startup / watch
     def adopt(self, pods: list[dict]) -> None:

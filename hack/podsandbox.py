@@ -15,7 +15,13 @@ never be tried. With it, a container gets what a real kubelet gives it:
 * an /etc/hosts with the pod's own name and every Service's DNS names (`svc.ns.svc`,
   `svc.ns.svc.cluster.local`), resolved to the IP of a Running pod its selector matches (no
   kube-proxy, no CoreDNS, and the API server refuses EndpointSlices with the bed's loopback pod IPs:
-  a name resolves to the endpoint directly, which is what a headless Service does anyway).
+  a name resolves to the endpoint directly, which is what a headless Service does anyway). The
+  runner rewrites it in place every few seconds (`refresh_hosts`), so a Service whose pod became
+  Running later resolves, as cluster DNS would; the same names go to the bed-wide
+  .state/bed/hosts, the /etc/hosts of bed components that talk to pods (the KubeRay operator);
+* emptyDir volumes with `medium: Memory` live under /dev/shm (memory-backed, as a kubelet's tmpfs);
+* for images marked `privateTmp` in hack/images.yaml, a /tmp of the pod's own (a container has
+  its own root filesystem; Ray keeps its session, sockets and logs under /tmp/ray).
 
 Differences from a kubelet, on purpose: the container runs as the runner's user (root) whatever its
 securityContext says; the root filesystem is not made read-only; projected tokens are refreshed at
@@ -27,6 +33,7 @@ emptyDir at /tmp when the checkout is under /tmp) is not mounted (logged).
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import shutil
 import time
@@ -109,6 +116,8 @@ class PodSandboxes:
         log: Callable[[str], None] = print,
     ):
         self.root = state / "volumes"
+        # memory-backed emptyDirs: a directory on the host's tmpfs, one per bed
+        self.shm_root = Path("/dev/shm") / f"rltune-bed-{hashlib.sha1(str(state.resolve()).encode()).hexdigest()[:8]}"
         self.protected = [Path(__file__).resolve().parent.parent, state.resolve()]  # the repository, the state
         self.request = request
         self.host, self.port = apiserver_host, apiserver_port
@@ -116,7 +125,9 @@ class PodSandboxes:
         self.root.mkdir(parents=True, exist_ok=True)
 
     # ------------------------------------------------------------------ public
-    def prepare(self, pod: dict, container: dict) -> Sandbox:
+    def prepare(self, pod: dict, container: dict, entry: dict | None = None, snapshot: dict | None = None) -> Sandbox:
+        """The sandbox of `container`; `entry` is its image's hack/images.yaml entry (privateTmp),
+        `snapshot` a `hosts_snapshot()` to write /etc/hosts from (taken now when not given)."""
         sb = Sandbox(
             env={
                 "KUBERNETES_SERVICE_HOST": self.host,
@@ -135,6 +146,9 @@ class PodSandboxes:
             src = base / vol["name"]
             if "hostPath" in vol:
                 src = Path(vol["hostPath"]["path"])
+            elif "emptyDir" in vol and (vol["emptyDir"] or {}).get("medium") == "Memory":
+                src = self.shm_root / uid / vol["name"]
+                src.mkdir(parents=True, exist_ok=True)
             elif not src.exists() or "emptyDir" not in vol:
                 self._materialise(pod, vol, src, sb)
             if vm.get("subPath"):
@@ -149,11 +163,33 @@ class PodSandboxes:
                 )
                 continue
             sb.mounts.append(Mount(src, vm["mountPath"], bool(vm.get("readOnly"))))
+        if (entry or {}).get("privateTmp") and not any(m.target.rstrip("/") == "/tmp" for m in sb.mounts):
+            if self._hides_the_bed("/tmp"):
+                md = pod["metadata"]
+                self.log(f"{md['namespace']}/{md['name']}: no private /tmp: it would hide the test bed's own files")
+            else:
+                tmp = base / "tmp"  # one per pod, shared by its containers
+                tmp.mkdir(parents=True, exist_ok=True)
+                tmp.chmod(0o1777)
+                sb.mounts.append(Mount(tmp, "/tmp", False))
         hosts = base / "etc-hosts"  # every pod gets one, as from a kubelet
         hosts.parent.mkdir(parents=True, exist_ok=True)
-        hosts.write_text(self._hosts(pod))
+        write_in_place(hosts, self._hosts(pod, snapshot if snapshot is not None else self.hosts_snapshot()))
         sb.mounts.append(Mount(hosts, "/etc/hosts", False))
         return sb
+
+    def refresh_hosts(self, pods: list[dict], bed_hosts: Path | None = None) -> None:
+        """Rewrite (in place: the file stays the one bind-mounted at /etc/hosts) the hosts file of
+        every pod in `pods` that has one, and `bed_hosts` (Service names only), from one listing."""
+        snap = self.hosts_snapshot()
+        if not snap["ok"]:
+            return  # keep what they have rather than dropping every name
+        for pod in pods:
+            f = self.root / pod["metadata"]["uid"] / "etc-hosts"
+            if f.exists():
+                write_in_place(f, self._hosts(pod, snap))
+        if bed_hosts is not None:
+            write_in_place(bed_hosts, self._hosts(None, snap))
 
     def _hides_the_bed(self, mount_path: str) -> bool:
         target = Path(mount_path).resolve()
@@ -168,6 +204,7 @@ class PodSandboxes:
 
     def forget(self, uid: str) -> None:
         shutil.rmtree(self.root / uid, ignore_errors=True)
+        shutil.rmtree(self.shm_root / uid, ignore_errors=True)
 
     # ------------------------------------------------------------------ volumes
     def _materialise(self, pod: dict, vol: dict, dst: Path, sb: Sandbox) -> None:
@@ -283,25 +320,35 @@ class PodSandboxes:
         return now + 0.8 * life
 
     # ------------------------------------------------------------------ names
-    def _hosts(self, pod: dict) -> str:
-        md, st = pod["metadata"], pod.get("status") or {}
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        ip = st.get("podIP")
-        if ip:
-            names = [md["name"]]
-            sub = pod["spec"].get("subdomain")
-            if sub:
-                names.insert(0, f"{pod['spec'].get('hostname') or md['name']}.{sub}.{md['namespace']}.svc")
-            lines.append(f"{ip}\t" + " ".join(names))
-        # the API server refuses EndpointSlices with loopback addresses (the bed's pod IPs), so the
-        # endpoints are computed here the way the endpoint controller would: Running pods with an IP
-        # whose labels match the Service's selector
+    def hosts_snapshot(self) -> dict:
+        """Services and Running pods of the whole cluster, for `_hosts`."""
         try:
             services = self.request("GET", "/api/v1/services")["items"]
             running = self.request("GET", "/api/v1/pods", query={"fieldSelector": "status.phase=Running"})["items"]
         except Exception as e:  # noqa: BLE001 - names are a convenience; the container still runs
             self.log(f"services not listed for /etc/hosts: {e}")
-            services, running = [], []
+            return {"ok": False, "services": [], "running": []}
+        return {"ok": True, "services": services, "running": running}
+
+    @staticmethod
+    def _hosts(pod: dict | None, snap: dict) -> str:
+        """/etc/hosts of `pod` (None: the bed-wide file, Service names only) from a snapshot."""
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        uid = None
+        if pod is not None:
+            md, st = pod["metadata"], pod.get("status") or {}
+            uid = md["uid"]
+            ip = st.get("podIP")
+            if ip:
+                names = [md["name"]]
+                sub = pod["spec"].get("subdomain")
+                if sub:
+                    names.insert(0, f"{pod['spec'].get('hostname') or md['name']}.{sub}.{md['namespace']}.svc")
+                lines.append(f"{ip}\t" + " ".join(names))
+        # the API server refuses EndpointSlices with loopback addresses (the bed's pod IPs), so the
+        # endpoints are computed here the way the endpoint controller would: Running pods with an IP
+        # whose labels match the Service's selector
+        services, running = snap["services"], snap["running"]
         for svc in services:
             ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
             sel = (svc.get("spec") or {}).get("selector") or {}
@@ -323,10 +370,25 @@ class PodSandboxes:
         # hostname.subdomain.ns.svc of pods behind a headless Service (multi-node rendezvous)
         for p in running:
             ps, pm = p.get("spec") or {}, p["metadata"]
-            if ps.get("subdomain") and (p.get("status") or {}).get("podIP") and pm["uid"] != md["uid"]:
+            if ps.get("subdomain") and (p.get("status") or {}).get("podIP") and pm["uid"] != uid:
                 host = f"{ps.get('hostname') or pm['name']}.{ps['subdomain']}.{pm['namespace']}.svc"
                 lines.append(f"{p['status']['podIP']}\t{host} {host}.cluster.local")
         return "\n".join(lines) + "\n"
+
+
+def write_in_place(path: Path, text: str) -> None:
+    """Write `text` into `path` without replacing the file (a bind mount of it keeps showing the
+    new content): only when it changed, the new bytes first, then the tail cut."""
+    data = text.encode()
+    try:
+        with open(path, "r+b") as f:
+            if f.read() == data:
+                return
+            f.seek(0)
+            f.write(data)
+            f.truncate()
+    except FileNotFoundError:
+        path.write_bytes(data)
 
 
 class SandboxError(RuntimeError):

@@ -86,6 +86,13 @@ class StatusWriter:
     def __init__(self, patch_status):
         self.patch_status = patch_status
 
+    def patch(self, pod: dict, status: dict) -> None:
+        """Patch `status` as built above and keep the cached pod in step."""
+        self.patch_status(pod, status)
+        st = pod.setdefault("status", {})
+        for k, v in status.items():
+            st[k] = v
+
     def patch_container(
         self,
         pod: dict,
@@ -103,3 +110,100 @@ class StatusWriter:
         pod.setdefault("status", {})["containerStatuses"] = status["containerStatuses"]
         if phase:
             pod["status"]["phase"] = phase
+
+
+# ---------------------------------------------------------------------------------- init containers
+def _init_conditions(initialized: bool, ready: bool, t: str, pending: list[str], phase: str | None) -> list[dict]:
+    """Initialized / Ready / ContainersReady as a kubelet reports them around init containers."""
+    out = []
+    if initialized:  # None: strategic merge removes the reason/message of the False condition
+        out.append({"type": "Initialized", "status": "True", "reason": None, "message": None, "lastTransitionTime": t})
+    else:
+        out.append(
+            {
+                "type": "Initialized",
+                "status": "False",
+                "reason": "ContainersNotInitialized",
+                "message": f"containers with incomplete status: [{' '.join(pending)}]",
+                "lastTransitionTime": t,
+            }
+        )
+    reason = None if ready else ("PodFailed" if phase == "Failed" else "ContainersNotReady")
+    for kind in ("Ready", "ContainersReady"):
+        c = {"type": kind, "status": "True" if ready else "False", "reason": reason, "lastTransitionTime": t}
+        out.append(c)
+    return out
+
+
+def init_status_patch(
+    pod: dict,
+    states: dict[str, dict],
+    phase: str = "Pending",
+    t: str | None = None,
+) -> dict:
+    """The status of a pod whose init containers run: `states` maps init container names to their
+    new container status fields (state, restartCount, lastState, ready); the others keep theirs
+    (reset to waiting when they still hold kwok's made-up "Completed"). Main containers wait
+    (PodInitializing); the pod is Pending (or Failed), not Initialized, not Ready."""
+    t = t or now_iso()
+    current = {s["name"]: s for s in (pod.get("status") or {}).get("initContainerStatuses", []) or []}
+    begun = pod_initializing(pod)
+    inits, pending = [], []
+    for c in pod["spec"].get("initContainers") or []:
+        s = dict(current.get(c["name"]) or {}) if begun else {}
+        s.setdefault("name", c["name"])
+        s.setdefault("image", c["image"])
+        s.setdefault("imageID", "")
+        s.setdefault("restartCount", 0)
+        s.setdefault("ready", False)
+        s.setdefault("state", {"waiting": {"reason": "PodInitializing"}})
+        s.update(states.get(c["name"]) or {})
+        s["started"] = "running" in s["state"]
+        if (s["state"].get("terminated") or {}).get("exitCode") != 0:
+            pending.append(c["name"])
+        inits.append(s)
+    mains = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "",
+            "ready": False,
+            "started": False,
+            "restartCount": 0,
+            "state": {"waiting": {"reason": "PodInitializing"}},
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    return {
+        "phase": phase,
+        "initContainerStatuses": inits,
+        "containerStatuses": mains,
+        "conditions": _init_conditions(False, False, t, pending, phase),
+    }
+
+
+def initialized_patch(pod: dict, t: str | None = None) -> dict:
+    """Init containers done: the main containers start, Running and Ready (no probes run)."""
+    t = t or now_iso()
+    mains = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "",
+            "ready": True,
+            "started": True,
+            "restartCount": 0,
+            "state": {"running": {"startedAt": t}},
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    return {"phase": "Running", "containerStatuses": mains, "conditions": _init_conditions(True, True, t, [], None)}
+
+
+def pod_initializing(pod: dict) -> bool:
+    """The runner took over the pod's init phase (Initialized=False, as a kubelet reports it while
+    init containers run; kwok's pod-ready stage leaves such a pod alone)."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Initialized":
+            return c.get("status") == "False"
+    return False

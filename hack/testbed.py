@@ -6,10 +6,12 @@
     python hack/testbed.py status           which processes are alive
     python hack/testbed.py kubeconfig       print the admin kubeconfig path
     python hack/testbed.py env              print KUBECONFIG=..., PROMETHEUS_URL=... lines
+    python hack/testbed.py kuberay on|off   install / remove KubeRay (operator + CRDs) on a running bed
 
 Processes (all on 127.0.0.1, pid files + logs under .state/bed/):
     etcd :12379, kube-apiserver :16443, kube-controller-manager :20257, kube-scheduler :20259,
-    kwok :20247, prometheus :19090, pushgateway :19091, the pod runner (hack/podrunner.py).
+    kwok :20247, prometheus :19090, pushgateway :19091, the pod runner (hack/podrunner.py),
+    the KubeRay operator (metrics :20280, health :20281; RLTUNE_BED_KUBERAY=0 at `up`: without it).
 See docs/testbed.md. Binaries come from hack/binaries.sh (built once per machine).
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 import argparse
 import base64
 import functools
+import hashlib
 import json
 import os
 import re
@@ -53,6 +56,8 @@ PORTS = {
     "prometheus": 19090,
     "pushgateway": 19091,
     "operator-metrics": 18080,  # scraped by Prometheus when an operator runs locally
+    "kuberay-metrics": 20280,
+    "kuberay-health": 20281,
 }
 PORTS = {k: v + PORT_OFFSET for k, v in PORTS.items()}
 HOST = "127.0.0.1"
@@ -89,7 +94,16 @@ ORDER = [
     "pushgateway",
     "prometheus",
     "podrunner",
+    "kuberay-operator",
 ]
+
+# KubeRay (ray-operator, hack/binaries.sh) runs by default; RLTUNE_BED_KUBERAY=0 at `up` starts the
+# bed without it (no operator, no ray.io CRDs), to try what rltune does where KubeRay is missing.
+# The choice is kept in .state/bed/kuberay so a later plain `up` (the tests' fixture) keeps it;
+# `testbed.py kuberay on|off` changes it on a running bed.
+KUBERAY = "kuberay-operator"
+KUBERAY_NAMESPACE = "kuberay-system"
+KUBERAY_CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
 
 
 def log(msg: str) -> None:
@@ -169,7 +183,9 @@ def running_pid(name: str) -> int | None:
     return pid
 
 
-def start_process(name: str, argv: list[str], env: dict | None = None) -> int:
+def start_process(name: str, argv: list[str], env: dict | None = None, exe: str | None = None) -> int:
+    """Start `argv` as bed process `name` (own session, log under LOGS); `exe` is the program it
+    ends up running when argv[0] is a wrapper that execs it (liveness checks look for it)."""
     pid = running_pid(name)
     if pid:
         return pid
@@ -192,7 +208,7 @@ def start_process(name: str, argv: list[str], env: dict | None = None) -> int:
     )
     logf.close()
     _POPENS[name] = p
-    _pid_file(name).write_text(json.dumps({"pid": p.pid, "exe": argv[0], "argv": argv}))
+    _pid_file(name).write_text(json.dumps({"pid": p.pid, "exe": exe or argv[0], "argv": argv}))
     log(f"started {name} (pid {p.pid}), log {LOGS / (name + '.log')}")
     return p.pid
 
@@ -737,11 +753,145 @@ def component_argv(bins: Path) -> dict[str, list[str]]:
             f"--kubeconfig={kc}",
             f"--state={s}",
         ],
+        # like a pod of the operator: its own ServiceAccount (kubeconfig with its token), and the
+        # bed-wide hosts file (Service names the pod runner keeps current) as /etc/hosts, so it
+        # reaches a RayCluster's dashboard at <head-svc>.<ns>.svc.cluster.local:8265
+        KUBERAY: [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            'mount --bind "$0" /etc/hosts && exec "$@"',
+            f"{s}/hosts",
+            str(bins / KUBERAY),
+            f"--metrics-addr={HOST}:{PORTS['kuberay-metrics']}",
+            f"--health-probe-bind-address={HOST}:{PORTS['kuberay-health']}",
+            "--enable-leader-election=false",
+            "--log-stdout-encoder=console",
+            "--reconcile-concurrency=4",
+        ],
     }
 
 
+# ----------------------------------------------------------------------------- KubeRay
+def kuberay_enabled() -> bool:
+    """RLTUNE_BED_KUBERAY (0/false/no/off: without) when set, else the choice of the last `up`."""
+    v = os.environ.get("RLTUNE_BED_KUBERAY")
+    f = STATE / "kuberay"
+    if v is not None:
+        return v.strip().lower() not in ("0", "false", "no", "off")
+    return not (f.exists() and f.read_text().strip() == "off")
+
+
+def components() -> list[str]:
+    return [n for n in ORDER if n != KUBERAY or kuberay_enabled()]
+
+
+def kubectl(bins: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
+    r = subprocess.run(
+        [str(bins / "kubectl"), f"--kubeconfig={KUBECONFIG}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+    )
+    if check and r.returncode != 0:
+        raise SystemExit(f"kubectl {' '.join(args)}: {r.stderr.strip()}")
+    return r.stdout
+
+
+def kuberay_rbac() -> str:
+    """Namespace, ServiceAccount, a non-expiring token Secret and the binding of KubeRay's own
+    ClusterRole (config/rbac/role.yaml of the module, copied by hack/binaries.sh)."""
+    ns, sa = KUBERAY_NAMESPACE, KUBERAY
+    return f"""apiVersion: v1
+kind: Namespace
+metadata: {{name: {ns}}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: {sa}, namespace: {ns}}}
+---
+apiVersion: v1
+kind: Secret
+type: kubernetes.io/service-account-token
+metadata:
+  name: {sa}-token
+  namespace: {ns}
+  annotations: {{kubernetes.io/service-account.name: {sa}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {{name: {sa}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kuberay-operator}}
+subjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]
+"""
+
+
+def ensure_kuberay(bins: Path) -> None:
+    """KubeRay's CRDs (server-side apply: they are too big for the last-applied annotation), its
+    RBAC, and a kubeconfig with its ServiceAccount's token (.state/bed/kuberay-operator.kubeconfig)."""
+    kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", str(bins / "kuberay" / "crd"))
+    kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", str(bins / "kuberay" / "rbac"))
+    kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=kuberay_rbac())
+    kubectl(bins, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}" for c in KUBERAY_CRDS])
+
+    def token() -> str:
+        out = kubectl(bins, "-n", KUBERAY_NAMESPACE, "get", "secret", f"{KUBERAY}-token", "-o", "json")
+        return base64.b64decode(json.loads(out).get("data", {}).get("token", "")).decode()
+
+    wait_for("KubeRay ServiceAccount token", token, 30)
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "rltune-bed",
+                "cluster": {
+                    "server": APISERVER_URL,
+                    "certificate-authority-data": base64.b64encode((PKI / "ca.crt").read_bytes()).decode(),
+                },
+            }
+        ],
+        "users": [{"name": KUBERAY, "user": {"token": token()}}],
+        "contexts": [
+            {"name": KUBERAY, "context": {"cluster": "rltune-bed", "user": KUBERAY, "namespace": KUBERAY_NAMESPACE}}
+        ],
+        "current-context": KUBERAY,
+    }
+    f = STATE / f"{KUBERAY}.kubeconfig"
+    tmp = f.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cfg))
+    tmp.chmod(0o600)
+    tmp.replace(f)
+    hosts = STATE / "hosts"  # the pod runner keeps it current; it must exist to be mounted
+    if not hosts.exists():
+        hosts.write_text("127.0.0.1\tlocalhost\n")
+
+
+def start_kuberay(bins: Path, argv: list[str], wait: bool = True) -> None:
+    ensure_kuberay(bins)
+    start_process(KUBERAY, argv, env={"KUBECONFIG": str(STATE / f"{KUBERAY}.kubeconfig")}, exe=str(bins / KUBERAY))
+    if wait:
+        wait_for(KUBERAY, lambda: http_ok(f"http://{HOST}:{PORTS['kuberay-health']}/readyz"), 60, KUBERAY)
+
+
+def kuberay_switch(on: bool) -> None:
+    """Install (operator + CRDs) or remove KubeRay on a running bed; remembered for later `up`s."""
+    bins = bin_dir(build=on)
+    (STATE / "kuberay").write_text("on" if on else "off")
+    if on:
+        start_kuberay(bins, component_argv(bins)[KUBERAY])
+        print("KubeRay is on")
+        return
+    stop_process(KUBERAY)
+    kubectl(bins, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", *[f"crd/{c}" for c in KUBERAY_CRDS])
+    print("KubeRay is off")
+
+
 def is_up() -> bool:
-    if not all(running_pid(n) for n in ORDER):
+    if not all(running_pid(n) for n in components()):
         return False
     try:
         code, _ = api_get("/readyz", timeout=2)
@@ -803,6 +953,9 @@ def up(wait: bool = True) -> None:
         log(f"pool {p['name']}: {len(names)} nodes ({p.get('gpuType') or 'cpu'})")
     write_env_file()
     start_process("podrunner", argv["podrunner"])
+    if kuberay_enabled():
+        start_kuberay(bins, argv[KUBERAY], wait=wait)
+    (STATE / "kuberay").write_text("on" if kuberay_enabled() else "off")
     if wait:
 
         def default_sa() -> bool:
@@ -846,6 +999,9 @@ def down(keep_data: bool = False) -> None:
         (STATE / "pushgateway.db").unlink(missing_ok=True)
         for f in (STATE / "prometheus" / "targets").glob("*.json"):
             f.unlink()
+        # memory-backed emptyDirs of its pods (hack/podsandbox.py: PodSandboxes.shm_root)
+        shm = "rltune-bed-" + hashlib.sha1(str(STATE.resolve()).encode()).hexdigest()[:8]
+        shutil.rmtree(Path("/dev/shm") / shm, ignore_errors=True)
     print("test bed is down")
 
 
@@ -877,6 +1033,9 @@ def restart(names: list[str]) -> None:
         stop_process(name)
         if name == "kwok":
             ensure_crds()
+        if name == KUBERAY:
+            start_kuberay(bin_dir(build=False), argv[name])
+            continue
         start_process(name, argv[name])
         if name == "kube-apiserver":
             wait_for("kube-apiserver", lambda: api_get("/readyz", 2)[0] == 200, 120, name)
@@ -887,6 +1046,9 @@ def status() -> int:
     rc = 0
     for name in ORDER:
         pid = running_pid(name)
+        if not pid and name not in components():
+            print(f"{name:26s} off (RLTUNE_BED_KUBERAY=0 / testbed.py kuberay off)")
+            continue
         print(f"{name:26s} {'up   pid ' + str(pid) if pid else 'down'}")
         rc |= 0 if pid else 1
     return rc
@@ -905,6 +1067,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("kubeconfig")
     sub.add_parser("env")
     sub.add_parser("kwok-config")
+    k = sub.add_parser("kuberay", help="install / remove KubeRay (operator + CRDs) on a running bed")
+    k.add_argument("state", choices=["on", "off"])
     a = ap.parse_args(argv)
     if a.cmd == "up":
         up(wait=not a.no_wait)
@@ -923,6 +1087,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     elif a.cmd == "kwok-config":
         print(kwok_config())
+    elif a.cmd == "kuberay":
+        kuberay_switch(a.state == "on")
     return 0
 
 
