@@ -108,6 +108,41 @@ def cmd_plan(args) -> int:
         )
     print(_table(rows, ["rank", "changes vs baseline", "pred s/step", "std", "speed-up", "GPUs", "addresses"]))
     print(f"({tuner.space.size():,} configurations in the space; ranked in {time.monotonic() - t0:.1f} s)")
+    _print_framework_plan(spec, props[0].config if props else None)
+    return 0
+
+
+def _print_framework_plan(spec, top) -> None:
+    """A verl/OpenRLHF job: what the framework cannot express, and rank 1 as the command to run."""
+    import shlex
+
+    from .adapters.registry import coverage, framework_command
+
+    cov = coverage(spec)
+    if not cov.version:
+        return
+    print(f"framework: {cov.framework} {cov.version} ({cov.backend}); kept at the baseline (no {cov.framework} key):")
+    for d in cov.dropped:
+        print(f"  {d.knob}: {d.why}")
+    if top is not None:
+        cmd = framework_command(spec, top)
+        print(f"rank 1 as a {cov.framework} command (mode {cmd.mode}):\n  {shlex.join(cmd.argv)}")
+
+
+def cmd_frameworks(args) -> int:
+    """The knob coverage table of each framework adapter, from the adapters themselves."""
+    from .adapters.registry import FRAMEWORKS, adapter_for
+
+    for fw in FRAMEWORKS if args.framework is None else [args.framework]:
+        ad = adapter_for(fw)
+        for backend in ad.backends:
+            rules = ad.rules(backend)
+            rows = [[k, str(r.treatment), (", ".join(r.keys) or "-")[:70], r.note[:90]] for k, r in rules.items()]
+            counts = {
+                t: sum(1 for r in rules.values() if str(r.treatment) == t) for t in ("mapped", "transformed", "refused")
+            }
+            print(f"{fw} {ad.version}, backend {backend}: " + ", ".join(f"{n} {t}" for t, n in counts.items()))
+            print(_table(rows, ["knob", "treatment", "keys", "note"]) + "\n")
     return 0
 
 
@@ -331,6 +366,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     r.add_argument("--job", help="NAMESPACE/NAME of an RLTuningJob the operator ran (read from its status)")
     r.add_argument("--output", "-o", required=True)
     r.set_defaults(func=cmd_report)
+    f = sub.add_parser(
+        "frameworks", help="the knob coverage of the verl/OpenRLHF adapters (mapped/transformed/refused)"
+    )
+    f.add_argument("--framework", choices=["verl", "openrlhf"])
+    f.set_defaults(func=cmd_frameworks)
     sub.add_parser("operator", help="run the Kubernetes operator (rltune.controller)")
     args = ap.parse_args(argv)
     return args.func(args)

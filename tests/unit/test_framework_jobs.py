@@ -13,7 +13,7 @@ from test_lifecycle import drive
 
 from rltune.adapters import registry
 from rltune.adapters.verl_loader import compose
-from rltune.api.models import RLTuningJobSpec
+from rltune.api.models import RLTuningJobSpec, knob_paths
 from rltune.api.status import Phase
 from rltune.controller import rayjob as RJ
 from rltune.controller.pods import GPU_RESOURCE, LABEL_JOB, LABEL_RANK, LABEL_TRIAL
@@ -155,7 +155,13 @@ def test_a_trial_is_a_rayjob_on_the_gpu_pool():
     assert init["image"] == "example.com/rltune/trial:9" and "--install" in init["command"]
     ep = s["entrypoint"]
     assert "rltune.adapters.bridge" in ep and "--trial t3" in ep and "http://pgw:9091" in ep
-    assert "trainer.total_training_steps=5" in ep and "verl.trainer.main_ppo" in ep
+    assert "trainer.total_training_steps=5" in ep and "verl.trainer.main_ppo" in ep and "--gpus 16" in ep
+    assert "--names " not in ep  # (--namespace is there)
+    named = spec.model_copy(
+        update={"metrics": spec.metrics.model_copy(update={"names": {"step_duration_seconds": "s"}})}
+    )
+    ep = RJ.rayjob_manifest("ns", "j", owner, named, "t3", spec.baseline, 5, "http://pgw:9091", settings)["spec"]
+    assert """--names '{"step_duration_seconds":"s"}'""" in ep["entrypoint"]
     pods = RJ.pods_of(m)
     assert [p["metadata"]["labels"].get(LABEL_RANK) for p in pods] == ["0", "worker"]
 
@@ -196,3 +202,20 @@ def test_the_examples_load_with_the_frameworks_own_loaders(example):
             entry = cmd.index("openrlhf.cli.train_ppo_ray")
             args = parse(cmd[entry + 1 :])
             assert args is not None
+
+
+def test_rltune_frameworks_prints_each_adapters_coverage(capsys):
+    from rltune.cli import main
+
+    assert main(["frameworks"]) == 0
+    out = capsys.readouterr().out
+    for fw in registry.FRAMEWORKS:
+        ad = registry.adapter_for(fw)
+        for backend in ad.backends:
+            rules = ad.rules(backend)
+            assert set(knob_paths()) <= set(rules)  # every canonical knob has a treatment
+            n = {
+                t: sum(1 for r in rules.values() if str(r.treatment) == t) for t in ("mapped", "transformed", "refused")
+            }
+            head = f"{fw} {ad.version}, backend {backend}: {n['mapped']} mapped, {n['transformed']} transformed"
+            assert head in out

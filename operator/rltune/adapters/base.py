@@ -59,6 +59,7 @@ class FrameworkCommand:
 class Adapter(Protocol):
     framework: str  # the value of spec.workload.framework
     version: str  # the framework version the mapping (and its round-trip tests) were checked against
+    backends: tuple[str, ...]  # the trainer backends the mapping covers
 
     def entry_problem(self, command: Sequence[str]) -> Optional[str]:
         """Why the user's command is not this framework's entry point (None when it is)."""

@@ -375,6 +375,7 @@ def _fmt(v: Any) -> str:
 class OpenRLHFAdapter:
     framework = "openrlhf"
     version = "0.11.2"
+    backends = ("deepspeed",)  # the trainer backends the mapping covers
 
     def entry_problem(self, command: Sequence[str]) -> Optional[str]:
         try:

@@ -289,6 +289,7 @@ def _mode_of(config: RLConfig) -> str:
 class Verl:
     framework = "verl"
     version = "0.9.1"
+    backends = ("fsdp", "fsdp2", "megatron")  # the trainer backends the mapping covers
 
     # ------------------------------------------------------------------ backend and rules
 

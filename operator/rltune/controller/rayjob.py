@@ -21,6 +21,7 @@ waits with the condition RayAvailable=False (reason KubeRayMissing).
 from __future__ import annotations
 
 import copy
+import json
 import shlex
 from typing import Any, Optional
 
@@ -65,8 +66,12 @@ def entrypoint(
         trial,
         "--warmup-steps",
         str(spec.budget.warmup_steps),
-        "--",
+        "--gpus",
+        str(config.gpus or spec.resources.gpu_budget),
     ]
+    if spec.metrics.names:  # the operator reads the job's metric names: the bridge must push them
+        bridge += ["--names", json.dumps(spec.metrics.names, separators=(",", ":"), sort_keys=True)]
+    bridge.append("--")
     return f'PYTHONPATH={BRIDGE_DIR}"${{PYTHONPATH:+:$PYTHONPATH}}" ' + shlex.join(bridge + cmd.argv)
 
 
