@@ -47,20 +47,12 @@ import math
 import re
 from typing import Optional
 
-from rltune.api.metrics import PHASES, StepRecord
+from rltune.api.metrics import PHASES, STEP_FIELDS, StepRecord
 
 FRAMEWORKS = ("verl", "openrlhf")
 
 # contract fields of StepRecord other than duration and phases: contract name -> attribute
-FIELDS = {
-    "step_generated_tokens": "generated_tokens",
-    "step_trained_tokens": "trained_tokens",
-    "step_staleness": "staleness",
-    "step_reward_mean": "reward",
-    "step_logprob_mismatch": "logprob_mismatch",
-    "step_kv_cache_usage_ratio": "kv_usage",
-    "step_preemptions": "preemptions",
-}
+FIELDS = STEP_FIELDS
 
 
 def phase_key(phase: str) -> str:

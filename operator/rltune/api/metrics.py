@@ -52,6 +52,17 @@ TRIAL_METRICS = {
     "trial_info": "Always 1; labels carry the mode and the failure reason, if any.",
 }
 
+# per-step contract gauges other than the duration and the phases -> their StepRecord attribute
+STEP_FIELDS = {
+    "step_generated_tokens": "generated_tokens",
+    "step_trained_tokens": "trained_tokens",
+    "step_staleness": "staleness",
+    "step_reward_mean": "reward",
+    "step_logprob_mismatch": "logprob_mismatch",
+    "step_kv_cache_usage_ratio": "kv_usage",
+    "step_preemptions": "preemptions",
+}
+
 TRIAL_RUNNING, TRIAL_SUCCEEDED, TRIAL_FAILED = 0, 1, 2
 
 PUSH_JOB = "rltune-trial"
@@ -99,15 +110,7 @@ def records_from_samples(samples, overrides: Optional[dict[str, str]] = None) ->
             s["phases"][labels.get("phase", "")] = float(value)
         else:
             s[contract] = float(value)
-    fields = {
-        "step_generated_tokens": "generated_tokens",
-        "step_trained_tokens": "trained_tokens",
-        "step_staleness": "staleness",
-        "step_reward_mean": "reward",
-        "step_logprob_mismatch": "logprob_mismatch",
-        "step_kv_cache_usage_ratio": "kv_usage",
-        "step_preemptions": "preemptions",
-    }
+    fields = STEP_FIELDS
     out = []
     for step in sorted(steps):
         s = steps[step]
