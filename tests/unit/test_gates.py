@@ -1,11 +1,14 @@
-"""Quality gates: reward collapse, log-prob mismatch, staleness, NaN; the Welch test itself."""
+"""Quality gates: reward collapse, log-prob mismatch, staleness, NaN; the reward test's statistics."""
+
+import random
 
 import pytest
 from test_tuner_fixtures import job, steps
 
+from rltune.api.models import Constraints
 from rltune.api.status import TrialState
 from rltune.tuner import Tuner, baseline_record, summarize
-from rltune.tuner.gates import passed, t_cdf, welch_one_sided
+from rltune.tuner.gates import evaluate, passed, reward_test, t_cdf, t_ppf
 
 PH = {"generation": 300.0, "generation_tail": 150.0, "old_logprob": 40.0, "training": 120.0, "weight_sync": 5.0}
 
@@ -38,12 +41,115 @@ def test_student_t_cdf_matches_tables():
     assert t_cdf(1.96, 1e6) == pytest.approx(0.975, abs=1e-3)
 
 
-def test_welch_detects_a_drop_beyond_tolerance_only():
-    base = [0.50, 0.51, 0.49, 0.50, 0.52]
-    p, *_ = welch_one_sided([0.30, 0.31, 0.29, 0.30, 0.32], base, 0.05)
-    assert p < 0.01
-    p, *_ = welch_one_sided([0.49, 0.50, 0.48, 0.49, 0.51], base, 0.05)  # 2% lower: within tolerance
-    assert p > 0.05
+def test_student_t_quantiles_match_tables():
+    assert t_ppf(0.95, 3) == pytest.approx(2.353363, abs=1e-5)
+    assert t_ppf(0.95, 7) == pytest.approx(1.894579, abs=1e-5)
+    assert t_ppf(0.975, 10) == pytest.approx(2.228139, abs=1e-5)
+    assert t_ppf(0.05, 4) == pytest.approx(-2.131847, abs=1e-5)
+    assert t_ppf(0.5, 9) == 0.0
+    for df in (1, 2, 5, 30):
+        assert t_cdf(t_ppf(0.9, df), df) == pytest.approx(0.9, abs=1e-9)
+
+
+BASE = [0.50, 0.51, 0.49, 0.50, 0.52]
+
+
+def test_a_clear_drop_is_rejected():
+    rt = reward_test([0.30, 0.31, 0.29, 0.30, 0.32], BASE, 0.05, 0.05)
+    assert rt.reject and rt.lo > 0.05 and rt.drop == pytest.approx(0.2 / 0.504)
+    assert rt.method == "trend-adjusted t" and rt.df == 7
+
+
+def test_equal_rewards_are_accepted():
+    rt = reward_test(list(BASE), BASE, 0.05, 0.05)
+    assert not rt.reject and rt.drop == pytest.approx(0.0, abs=1e-12) and rt.lo < 0 < rt.hi
+    rt = reward_test([0.5] * 5, [0.5] * 5, 0.05, 0.05)  # no variance at all
+    assert not rt.reject and rt.se == 0
+
+
+def test_a_drop_within_tolerance_that_the_data_resolve_is_accepted():
+    # 2% lower with little noise: significantly lower, but shown within the 5% tolerance
+    base = [0.50, 0.502, 0.498, 0.501, 0.499, 0.50, 0.502, 0.498, 0.501, 0.499]
+    rt = reward_test([x - 0.01 for x in base], base, 0.05, 0.05)
+    assert rt.lo > 0 and rt.hi < 0.05 and not rt.reject
+    assert rt.verdict == "shown within the tolerance"
+
+
+def test_the_tolerance_boundary():
+    # A shift of the same residual pattern moves the estimated drop, not its error: the candidate is
+    # rejected exactly when the lower bound of the drop passes the tolerance, i.e. when the drop is
+    # significantly larger than rewardTolerance; a drop of exactly the tolerance passes.
+    base = [1.00, 1.02, 0.99, 1.01, 0.98, 1.00, 1.02, 0.99, 1.01, 0.98]
+    mb, tol, alpha = sum(base) / len(base), 0.05, 0.05
+    ref = reward_test(list(base), base, tol, alpha)
+    q = t_ppf(1 - alpha, ref.df)
+    assert ref.df == 17 and ref.se > 0
+    edge = tol + q * ref.se  # the smallest drop shown to exceed the tolerance
+    inside = reward_test([x - (edge - 1e-4) * mb for x in base], base, tol, alpha)
+    outside = reward_test([x - (edge + 1e-4) * mb for x in base], base, tol, alpha)
+    at_tol = reward_test([x - tol * mb for x in base], base, tol, alpha)
+    assert inside.se == pytest.approx(ref.se) and outside.se == pytest.approx(ref.se)
+    assert inside.lo < tol and not inside.reject
+    assert outside.lo > tol and outside.reject
+    assert at_tol.drop == pytest.approx(tol) and not at_tol.reject
+
+
+def test_a_drop_the_steps_cannot_resolve_is_not_rejected():
+    # Three noisy steps: a 6% drop is not significant, so the gate keeps its false-alarm bound
+    # (docs/tuner.md: the detectable drop per step count) instead of rejecting on the estimate.
+    base = [0.32, 0.35, 0.31]
+    rt = reward_test([x - 0.06 * 0.3267 for x in base], base, 0.05, 0.05)
+    assert rt.drop == pytest.approx(0.06, rel=1e-3) and rt.lo < 0 and rt.hi > 0.05 and not rt.reject
+
+
+def test_the_common_learning_trend_is_not_noise():
+    # Rewards climbing 0.01 per step on both sides, no noise: the comparison is exact.
+    base = [0.30 + 0.01 * i for i in range(5)]
+    mb = sum(base) / 5
+    assert reward_test([x - 0.06 * mb for x in base], base, 0.05, 0.05).reject
+    assert not reward_test([x - 0.04 * mb for x in base], base, 0.05, 0.05).reject
+    # a longer run (confirmation) on the same curve has a higher raw mean but no drop
+    long = [0.30 + 0.01 * i for i in range(9)]
+    rt = reward_test(long, base, 0.05, 0.05)
+    assert rt.drop == pytest.approx(0.0, abs=1e-9) and not rt.reject
+    assert reward_test([x - 0.06 * mb for x in long], base, 0.05, 0.05).reject
+
+
+def test_fallbacks_without_degrees_of_freedom():
+    rt = reward_test([0.40], [0.50], 0.05, 0.05)
+    assert rt.method == "means" and rt.reject
+    assert not reward_test([0.48], [0.50], 0.05, 0.05).reject
+    rt = reward_test([0.40, 0.41], [0.50], 0.05, 0.05)
+    assert rt.method == "pooled t" and rt.df == 1
+
+
+def test_alpha_is_the_rejection_rate_at_the_tolerance():
+    # Seeded simulation of the statistic (5 steps, 3% noise per step, a shared trend): a drop of
+    # exactly the tolerance is rejected at about rewardTestAlpha, no drop almost never, a drop of
+    # 4x the tolerance almost always.
+    rng = random.Random(17)
+
+    def trial(shift):
+        return [0.33 + 0.008 * i - shift + rng.gauss(0, 0.01) for i in range(5)]
+
+    n, mu = 2000, 0.346
+    fa = sum(reward_test(trial(0), trial(0), 0.05, 0.05).reject for _ in range(n)) / n
+    at_tol = sum(reward_test(trial(0.05 * mu), trial(0), 0.05, 0.05).reject for _ in range(n)) / n
+    hit = sum(reward_test(trial(0.20 * mu), trial(0), 0.05, 0.05).reject for _ in range(n)) / n
+    assert fa <= 0.01
+    assert 0.025 <= at_tol <= 0.075
+    assert hit >= 0.95
+
+
+def test_gate_detail_and_non_finite_rewards():
+    s = summarize(steps(PH, reward=0.40, seed=8))
+    b = summarize(steps(PH, reward=0.50, seed=9))
+    g = evaluate(s, b, Constraints())
+    assert (
+        not g["reward"].passed and "tolerance 5.0%" in g["reward"].detail and "trend-adjusted t" in g["reward"].detail
+    )
+    s.rewards[1] = float("nan")
+    assert not evaluate(s, b, Constraints())["reward"].passed
 
 
 def test_healthy_trial_succeeds():

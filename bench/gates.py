@@ -1,0 +1,399 @@
+"""Quality-gate power benchmark: how often each gate catches an injected regression of known size,
+and how often it rejects a healthy trial (docs/tuner.md, "Quality gates").
+
+    python -m bench.gates [--seeds 200] [--jobs NAME,...] [--budgets 4/1,6/1,11/1] [--out PATH]
+
+For each benchmark job (bench/jobs.py, examples/bench-*.yaml) and each trial budget
+(stepsPerTrial/warmupSteps: the benchmark jobs' 4/1, the CRD default 6/1 and a long 11/1, i.e. 3, 5
+and 10 scored steps), `--seeds` pairs of twin trials of the job's baseline configuration are drawn:
+a baseline trial and a candidate trial of the same configuration and quality with another seed.
+Each candidate is then judged healthy and with one injected regression at a time:
+
+- reward drop k x tol (k = 0.25 .. 4): every step's reward lowered by k * tol * |mu_b|, where tol is
+  constraints.rewardTolerance and mu_b the baseline's noiseless mean reward over the scored steps
+  (so the true relative drop is exactly k * tol);
+- log-prob mismatch f x limit: every step's mismatch scaled so its noiseless mean over the scored
+  steps is f * constraints.maxLogprobMismatch (f = 0.9 is a healthy trial close to the limit);
+- NaN burst: the reward of one steady-state step (drawn per seed) set to NaN;
+- staleness overrun: the lag of one steady-state step (drawn per seed) set to maxStaleness + 1.
+
+Every variant is scored as the operator scores it: `summarize` over all reported steps (warm-up
+excluded from the statistics), the baseline's summary round-tripped through the resource status
+(records.flatten_summary / unflatten_summary, per-step rewards kept), then `gates.evaluate` with the
+job's constraints, as Tuner.judge calls it. Four reward rules are compared on the same draws:
+`before` (the previous gate: one-sided Welch test on the raw per-step rewards rejecting only a
+significant drop beyond the tolerance, kept here as `legacy_reward_reject`), `after`
+(rltune.tuner.gates as it is: the trend-adjusted test, reject when lo > tol), and two framings
+on the same trend-adjusted bounds that were considered: `non-inferiority` (reject unless
+hi <= tol) and `sig. drop & not NI` (reject when lo > 0 and hi > tol: non-inferiority where the
+steps resolve the tolerance, false alarms <= alpha at no drop). The other gates are the same.
+
+Twin trials through the quality path: simulate_trial costs 0.3-0.8 s per trial on these jobs (the
+rollout of every step is simulated), too slow for thousands of pairs on one core. A trial's reward,
+log-prob mismatch and staleness come from the twin's `_quality(plan, step, lag, rng)`; the speed
+simulation only supplies the lag (0 on every benchmark baseline: colocated, synchronous) and the
+step times (irrelevant to the gates). So trials are built from the noiseless steps of the plan plus
+`_quality` with the same per-step generator simulate_trial seeds (np.random.default_rng([seed,
+step])); the noise draws differ from simulate_trial's (whose generator first feeds the rollout)
+but have the same distribution. `--check` (on by default) verifies the path: for every job the
+noiseless records equal simulate_trial(noise=False) exactly.
+
+Writes the raw counts to out/bench-gates.json. About a minute on one core with the defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from bench.jobs import jobs as bench_jobs  # noqa: E402
+from rltune import twin  # noqa: E402
+from rltune.api.metrics import StepRecord  # noqa: E402
+from rltune.api.models import RLTuningJobSpec, trial_spec_for  # noqa: E402
+from rltune.tuner import baseline_record, records, summarize  # noqa: E402
+from rltune.tuner import gates as G  # noqa: E402
+from rltune.twin.core import _quality, make_plan, simulate_one_step  # noqa: E402
+
+BUDGETS = ((4, 1), (6, 1), (11, 1))
+DROPS = tuple(k / 4 for k in range(1, 17))  # 0.25 .. 4 x tolerance
+TABLE_DROPS = (0.5, 1.0, 1.5, 2.0)
+MISMATCH = (0.9, 1.05, 1.1, 1.25)
+RULES = ("before", "after", "combined", "ni")
+RULE_NAMES = {
+    "before": "before",
+    "after": "after",
+    "combined": "sig. drop & not NI",
+    "ni": "non-inferiority",
+}
+GOAL_CATCH, GOAL_FALSE = 0.95, 0.05
+
+
+# ------------------------------------------------------------------------------ the previous gate
+
+
+def legacy_welch(cand: list[float], base: list[float], tol: float) -> float:
+    """The previous reward gate's p-value (one-sided Welch, H1: mean_c < mean_b - tol*|mean_b|)."""
+
+    def mv(xs):
+        m = sum(xs) / len(xs)
+        return m, (sum((x - m) ** 2 for x in xs) / (len(xs) - 1) if len(xs) > 1 else 0.0)
+
+    mc, vc = mv(cand)
+    mb, vb = mv(base)
+    thr = mb - tol * abs(mb)
+    se2 = vc / len(cand) + vb / len(base)
+    if se2 <= 0 or len(cand) < 2 or len(base) < 2:
+        return 0.0 if mc < thr else 1.0
+    t = (mc - thr) / math.sqrt(se2)
+    den = (vc / len(cand)) ** 2 / (len(cand) - 1) + (vb / len(base)) ** 2 / (len(base) - 1)
+    df = se2**2 / den if den > 0 else float(len(cand) + len(base) - 2)
+    return G.t_cdf(t, df)
+
+
+def legacy_reward_reject(cand: list[float], base: list[float], tol: float, alpha: float) -> bool:
+    p = legacy_welch(cand, base, tol)
+    return not (p >= alpha)  # NaN p (NaN rewards) failed the old gate too
+
+
+# ------------------------------------------------------------------------------ twin trials
+
+
+class QualityTrials:
+    """Trials of one configuration through the twin's quality path (module docstring)."""
+
+    def __init__(self, spec: RLTuningJobSpec, cfg, steps: int, warmup: int):
+        self.spec, self.cfg, self.steps, self.warmup = spec, cfg, steps, warmup
+        self.plan = make_plan(
+            spec.workload.model.resolved(),
+            spec.workload.task,
+            spec.resources.gpu_type,
+            spec.resources.gpus_per_node,
+            cfg,
+            spec.workload.scenario,
+        )
+        warm = simulate_one_step(self.plan, None, warmup=True)
+        steady = simulate_one_step(self.plan, None, warmup=False)
+        self.template = []
+        for i in range(steps):
+            r = warm if i == 0 else steady
+            self.template.append(
+                StepRecord(
+                    step=i,
+                    duration=r.duration,
+                    phases=dict(r.phases),
+                    generated_tokens=r.generated,
+                    trained_tokens=r.trained,
+                    staleness=r.staleness,
+                    kv_usage=r.kv_usage,
+                    preemptions=r.preemptions,
+                    warmup=i < warmup,
+                )
+            )
+        self.noiseless = self.trial(None)
+        scored = [s for s in self.noiseless if not s.warmup]
+        self.mu_reward = sum(s.reward for s in scored) / len(scored)
+        self.mu_mismatch = sum(s.logprob_mismatch for s in scored) / len(scored)
+
+    def trial(self, seed: Optional[int]) -> list[StepRecord]:
+        out = []
+        for t in self.template:
+            rng = None if seed is None else np.random.default_rng([seed, t.step])
+            reward, mismatch = _quality(self.plan, t.step, t.staleness, rng)
+            s = copy.copy(t)
+            s.phases = dict(t.phases)
+            s.reward, s.logprob_mismatch = reward, mismatch
+            out.append(s)
+        return out
+
+    def check(self, name: str) -> None:
+        """The quality path's noiseless records equal simulate_trial(noise=False)'s."""
+        ts = trial_spec_for("bench", name, "check", self.spec, self.cfg, self.steps, self.warmup, seed=0)
+        ref = twin.simulate_trial(ts, noise=False)
+        for a, b in zip(ref, self.noiseless, strict=True):
+            for f in ("reward", "logprob_mismatch", "staleness", "duration", "warmup"):
+                va, vb = getattr(a, f), getattr(b, f)
+                if not (va == vb or (isinstance(va, float) and math.isclose(va, vb, rel_tol=1e-9, abs_tol=1e-12))):
+                    raise SystemExit(
+                        f"{name}: quality path differs from simulate_trial at step {a.step} {f}: {va} != {vb}"
+                    )
+
+
+# ------------------------------------------------------------------------------ injections
+
+
+def injections(qt: QualityTrials, cand: list[StepRecord], seed: int, spec: RLTuningJobSpec):
+    """(regression, size, records) for every injected variant of one healthy candidate trial."""
+    c = spec.constraints
+    steady = [i for i, s in enumerate(cand) if not s.warmup]
+    yield "healthy", 0.0, cand
+    for k in DROPS:
+        d = k * c.reward_tolerance * abs(qt.mu_reward)
+        recs = [copy.copy(s) for s in cand]
+        for s in recs:
+            s.reward -= d
+        yield "reward drop", k, recs
+    for f in MISMATCH:
+        scale = f * c.max_logprob_mismatch / qt.mu_mismatch
+        recs = [copy.copy(s) for s in cand]
+        for s in recs:
+            s.logprob_mismatch *= scale
+        yield "mismatch", f, recs
+    pick = np.random.default_rng([seed, 7919])
+    recs = [copy.copy(s) for s in cand]
+    recs[steady[int(pick.integers(len(steady)))]].reward = float("nan")
+    yield "nan burst", 1.0, recs
+    recs = [copy.copy(s) for s in cand]
+    recs[steady[int(pick.integers(len(steady)))]].staleness = float(c.max_staleness + 1)
+    yield "staleness", float(c.max_staleness + 1), recs
+
+
+def judge(summary, base_summary, spec: RLTuningJobSpec) -> dict[str, set[str]]:
+    """Rule -> the set of failed gates, for the three reward rules."""
+    c = spec.constraints
+    g = G.evaluate(summary, base_summary, c)
+    others = {n for n, r in g.items() if not r.passed and n != "reward"}
+    out = {"after": others | ({"reward"} if "reward" in g and not g["reward"].passed else set())}
+    rw, bw = summary.rewards, base_summary.rewards
+    if not rw or "reward" not in g:
+        out["before"] = out["combined"] = out["ni"] = set(out["after"])
+        return out
+    finite = all(math.isfinite(x) for x in rw + bw)
+    out["before"] = others | (
+        {"reward"} if legacy_reward_reject(rw, bw, c.reward_tolerance, c.reward_test_alpha) else set()
+    )
+    if finite:
+        rt = G.reward_test(rw, bw, c.reward_tolerance, c.reward_test_alpha)
+        margin = c.reward_tolerance if abs(rt.mean_b) > 1e-12 else 0.0
+        ni = rt.hi > margin + 1e-12
+        comb = ni and rt.lo > 1e-12
+    else:
+        ni = comb = True
+    out["ni"] = others | ({"reward"} if ni else set())
+    out["combined"] = others | ({"reward"} if comb else set())
+    return out
+
+
+# ------------------------------------------------------------------------------ the run
+
+
+def run_job(job: dict, job_index: int, budgets, seeds: int, check: bool) -> dict:
+    spec = RLTuningJobSpec.model_validate(job["spec"])
+    name = job["metadata"]["name"]
+    cfg = baseline_record(spec).config
+    out = {}
+    for bi, (steps, warmup) in enumerate(budgets):
+        qt = QualityTrials(spec, cfg, steps, warmup)
+        if check and bi == 0:
+            qt.check(name)
+        cells: dict[str, dict] = {}
+        for s in range(seeds):
+            seed_b = job_index * 1_000_000 + bi * 100_000 + s
+            base = summarize(qt.trial(seed_b))
+            base = records.unflatten_summary(records.flatten_summary(base, keep_rewards=True))
+            cand = qt.trial(seed_b + 50_000)
+            for reg, size, recs in injections(qt, cand, seed_b, spec):
+                verdicts = judge(summarize(recs), base, spec)
+                cell = cells.setdefault(f"{reg}|{size:g}", {"regression": reg, "size": size, "n": 0})
+                cell["n"] += 1
+                for rule, failed in verdicts.items():
+                    r = cell.setdefault(rule, {"rejected": 0, "gates": {}})
+                    r["rejected"] += bool(failed)
+                    for gname in failed:
+                        r["gates"][gname] = r["gates"].get(gname, 0) + 1
+        out[f"{steps}/{warmup}"] = {
+            "steps_per_trial": steps,
+            "warmup_steps": warmup,
+            "scored_steps": steps - warmup,
+            "mu_reward": qt.mu_reward,
+            "reward_noise": qt.plan.eff.reward_noise,
+            "mu_mismatch": qt.mu_mismatch,
+            "cells": cells,
+        }
+    return {"job": name, "constraints": spec.constraints.model_dump(by_alias=True), "budgets": out}
+
+
+def aggregate(per_job: list[dict]) -> dict:
+    agg: dict[str, dict] = {}
+    for pj in per_job:
+        for bkey, b in pj["budgets"].items():
+            a = agg.setdefault(
+                bkey, {k: b[k] for k in ("steps_per_trial", "warmup_steps", "scored_steps")} | {"cells": {}}
+            )
+            for ckey, c in b["cells"].items():
+                ac = a["cells"].setdefault(ckey, {"regression": c["regression"], "size": c["size"], "n": 0})
+                ac["n"] += c["n"]
+                for rule in RULES:
+                    r = ac.setdefault(rule, {"rejected": 0, "gates": {}})
+                    r["rejected"] += c[rule]["rejected"]
+                    for g, v in c[rule]["gates"].items():
+                        r["gates"][g] = r["gates"].get(g, 0) + v
+    for a in agg.values():
+        drops = sorted((c for c in a["cells"].values() if c["regression"] == "reward drop"), key=lambda c: c["size"])
+        healthy = a["cells"]["healthy|0"]
+        a["detectable_drop"] = {}
+        for rule in RULES:
+            fa = healthy[rule]["rejected"] / healthy["n"]
+            det = next((c["size"] for c in drops if c[rule]["rejected"] / c["n"] >= GOAL_CATCH), None)
+            tol_cell = next(c for c in drops if c["size"] == 1.0)
+            at_tol = tol_cell[rule]["rejected"] / tol_cell["n"]
+            a["detectable_drop"][rule] = {
+                "false_alarm": fa,
+                "catch_at_tolerance": at_tol,
+                "smallest_drop_caught_95pct_x_tol": det,
+                "goal_met": fa <= GOAL_FALSE and at_tol >= GOAL_CATCH,
+            }
+    return agg
+
+
+def _share(x: int, n: int) -> str:
+    return f"{100.0 * x / n:5.1f}%"
+
+
+def _by_gate(r: dict, n: int) -> str:
+    gs = sorted(r["gates"].items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{g} {100.0 * v / n:.1f}%" for g, v in gs) or "-"
+
+
+def _size(c: dict) -> str:
+    reg, size = c["regression"], c["size"]
+    if reg == "reward drop":
+        return f"{size:g} x tol"
+    if reg == "mismatch":
+        return f"{size:g} x limit"
+    if reg == "staleness":
+        return f"lag {size:g}"
+    if reg == "nan burst":
+        return "1 step"
+    return "-"
+
+
+def print_tables(agg: dict, jobs: int, seeds: int, constraints: dict) -> None:
+    print(
+        f"\nconstraints: rewardTolerance {constraints['rewardTolerance']:g}, rewardTestAlpha "
+        f"{constraints['rewardTestAlpha']:g}, maxLogprobMismatch {constraints['maxLogprobMismatch']:g}, "
+        f"maxStaleness {constraints['maxStaleness']}; {jobs} jobs x {seeds} seeds per cell"
+    )
+    for a in agg.values():
+        print(
+            f"\n## {a['scored_steps']} scored steps "
+            f"(stepsPerTrial {a['steps_per_trial']}, warmupSteps {a['warmup_steps']})\n"
+        )
+        print(
+            "| regression | size | before: rejected (by gate) | after: rejected (by gate) "
+            "| sig. drop & not NI | non-inferiority |"
+        )
+        print("|---|---|---|---|---|---|")
+        for c in a["cells"].values():
+            if c["regression"] == "reward drop" and c["size"] not in TABLE_DROPS:
+                continue
+            n = c["n"]
+            cols = [f"{_share(c[r]['rejected'], n)} ({_by_gate(c[r], n)})" for r in ("before", "after")]
+            alt = f"{_share(c['combined']['rejected'], n)} | {_share(c['ni']['rejected'], n)}"
+            print(f"| {c['regression']} | {_size(c)} | {cols[0]} | {cols[1]} | {alt} |")
+        h = a["cells"]["healthy|0"]
+        print()
+        for rule in RULES:
+            d = a["detectable_drop"][rule]
+            gates_fa = {g: v / h["n"] for g, v in h[rule]["gates"].items()}
+            det = d["smallest_drop_caught_95pct_x_tol"]
+            print(
+                f"{RULE_NAMES[rule]:>21}: false alarms {100 * d['false_alarm']:.1f}% "
+                f"(per gate: {', '.join(f'{g} {100 * v:.1f}%' for g, v in gates_fa.items()) or 'none'}); "
+                f"catch at the tolerance {100 * d['catch_at_tolerance']:.1f}%; "
+                f"95% caught from a drop of {'> 4' if det is None else f'{det:g}'} x tol; "
+                f"goal {'met' if d['goal_met'] else 'missed'}"
+            )
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seeds", type=int, default=200, help="trial pairs per job, budget and cell")
+    ap.add_argument("--jobs", default=None, help="comma-separated benchmark job names (default: all)")
+    ap.add_argument("--budgets", default=",".join(f"{s}/{w}" for s, w in BUDGETS), help="stepsPerTrial/warmupSteps,...")
+    ap.add_argument("--no-check", action="store_true", help="skip the check against simulate_trial")
+    ap.add_argument("--out", default=str(ROOT / "out" / "bench-gates.json"))
+    a = ap.parse_args(argv)
+    budgets = [tuple(int(x) for x in b.split("/")) for b in a.budgets.split(",")]
+    js = bench_jobs()
+    if a.jobs:
+        want = set(a.jobs.split(","))
+        js = [j for j in js if j["metadata"]["name"] in want]
+    t0 = time.time()
+    per_job = []
+    for i, j in enumerate(js):
+        per_job.append(run_job(j, i, budgets, a.seeds, check=not a.no_check))
+        print(f"{j['metadata']['name']}: done ({time.time() - t0:.0f}s)", file=sys.stderr)
+    agg = aggregate(per_job)
+    print_tables(agg, len(js), a.seeds, per_job[0]["constraints"])
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        json.dumps(
+            {
+                "seeds": a.seeds,
+                "budgets": [f"{s}/{w}" for s, w in budgets],
+                "goal": {"catch_at_tolerance": GOAL_CATCH, "false_alarm": GOAL_FALSE},
+                "aggregate": agg,
+                "jobs": per_job,
+                "seconds": round(time.time() - t0, 1),
+            },
+            indent=1,
+        )
+    )
+    print(f"\nwrote {out} ({time.time() - t0:.0f}s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
