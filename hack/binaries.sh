@@ -9,8 +9,9 @@
 # Output: ${XDG_CACHE_HOME:-$HOME/.cache}/rltune/bin/<k8s-version>/
 #   etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm
 #   kuberay-operator + kuberay/ (KubeRay's CRDs and operator ClusterRole, copied from the Go module)
-# Versions are pinned below; the bin dir is keyed by them (VERSIONS file). KubeRay is not part of
-# the key (adding it would rebuild everything): a bin dir without kuberay-operator gets it built.
+#   kueue + kueue.d/ (Kueue's manager; its CRDs, ClusterRole and webhook manifests from the Go module)
+# Versions are pinned below; the bin dir is keyed by them (VERSIONS file). KubeRay and Kueue are not
+# part of the key (adding them would rebuild everything): a bin dir without them gets them built.
 set -euo pipefail
 
 K8S_VERSION="${K8S_VERSION:-v1.34.12}"          # newest 1.34 patch on the proxy
@@ -19,6 +20,7 @@ ETCD_VERSION="${ETCD_VERSION:-v3.6.16}"
 KWOK_VERSION="${KWOK_VERSION:-v0.8.0}"
 HELM_VERSION="${HELM_VERSION:-v3.19.5}"
 KUBERAY_VERSION="${KUBERAY_VERSION:-v1.5.0}"     # github.com/ray-project/kuberay/ray-operator
+KUEUE_VERSION="${KUEUE_VERSION:-v0.17.0}"        # sigs.k8s.io/kueue (cmd/kueue)
 
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/rltune"
 BIN="$CACHE/bin/$K8S_VERSION-etcd$ETCD_VERSION-kwok$KWOK_VERSION-helm$HELM_VERSION"
@@ -27,7 +29,7 @@ case "${1:-}" in
   --print) echo "$BIN"; exit 0 ;;
   --check)
     for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok helm \
-             kuberay-operator; do
+             kuberay-operator kueue; do
       [[ -x "$BIN/$b" ]] || { echo "missing $BIN/$b" >&2; exit 1; }
     done
     for f in crd/ray.io_rayclusters.yaml crd/ray.io_rayjobs.yaml crd/ray.io_rayservices.yaml rbac/role.yaml; do
@@ -35,6 +37,12 @@ case "${1:-}" in
     done
     grep -qx "kuberay=$KUBERAY_VERSION" "$BIN/VERSIONS" 2>/dev/null \
       || { echo "kuberay-operator in $BIN is not $KUBERAY_VERSION" >&2; exit 1; }
+    for f in crd/kueue.x-k8s.io_workloads.yaml crd/kueue.x-k8s.io_clusterqueues.yaml \
+             rbac/role.yaml webhook/manifests.yaml; do
+      [[ -f "$BIN/kueue.d/$f" ]] || { echo "missing $BIN/kueue.d/$f" >&2; exit 1; }
+    done
+    grep -qx "kueue=$KUEUE_VERSION" "$BIN/VERSIONS" 2>/dev/null \
+      || { echo "kueue in $BIN is not $KUEUE_VERSION" >&2; exit 1; }
     echo "$BIN"; exit 0 ;;
 esac
 
@@ -141,6 +149,29 @@ if need kuberay-operator || [[ ! -f "$BIN/kuberay/rbac/role.yaml" ]]; then
   log "kuberay: CRDs and ClusterRole copied from $src/config"
 fi
 
+# ---- Kueue manager + CRDs, ClusterRole, webhook manifests ----------------------------
+# Not in the bin dir key either (like KubeRay).
+if ! grep -qx "kueue=$KUEUE_VERSION" "$BIN/VERSIONS" 2>/dev/null; then
+  rm -rf "$BIN/kueue" "$BIN/kueue.d"
+fi
+if need kueue || [[ ! -f "$BIN/kueue.d/webhook/manifests.yaml" ]]; then
+  d="$WORK/kueue"; mkdir -p "$d"
+  mod=sigs.k8s.io/kueue
+  log "kueue $KUEUE_VERSION: resolving module"
+  (cd "$d" && go mod init rltune.local/kueuebin >/dev/null 2>&1 \
+     && go mod edit -go=1.26.0 && go get "$mod/cmd/kueue@$KUEUE_VERSION" >&2)
+  gobuild "$d" kueue "$mod/cmd/kueue" \
+    "-X $mod/pkg/version.GitVersion=$KUEUE_VERSION -X $mod/pkg/version.BuildDate=1970-01-01"
+  src=$(cd "$d" && go list -m -f '{{.Dir}}' "$mod")
+  rm -rf "$BIN/kueue.tmp"; mkdir -p "$BIN/kueue.tmp/crd" "$BIN/kueue.tmp/rbac" "$BIN/kueue.tmp/webhook"
+  cp "$src"/config/components/crd/bases/*.yaml "$BIN/kueue.tmp/crd/"
+  cp "$src/config/components/rbac/role.yaml" "$BIN/kueue.tmp/rbac/"
+  cp "$src/config/components/webhook/manifests.yaml" "$BIN/kueue.tmp/webhook/"
+  chmod -R u+w "$BIN/kueue.tmp"
+  rm -rf "$BIN/kueue.d"; mv "$BIN/kueue.tmp" "$BIN/kueue.d"
+  log "kueue: CRDs, ClusterRole and webhook manifests copied from $src/config/components"
+fi
+
 cat > "$BIN/VERSIONS" <<EOF
 kubernetes=$K8S_VERSION
 staging=$STAGING_VERSION
@@ -148,6 +179,7 @@ etcd=$ETCD_VERSION
 kwok=$KWOK_VERSION
 helm=$HELM_VERSION
 kuberay=$KUBERAY_VERSION
+kueue=$KUEUE_VERSION
 go=$(go env GOVERSION)
 EOF
 log "done in $(( $(date +%s) - T0 ))s -> $BIN"

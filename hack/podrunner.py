@@ -86,6 +86,7 @@ class Runner:
         self.sandboxes = PodSandboxes(state, self.api.request, *self.api.address, log)
         self.pods: dict[str, dict] = {}  # uid -> latest pod object (mapped pods only)
         self.restart_at: dict[str, float] = {}  # container key -> when to restart
+        self.unreported: dict[str, tuple[Proc, bool, float]] = {}  # failed exit reports -> retry until
         self.finalizing: set[str] = set()  # uids whose deletion we finalized
         self.hosts_at = 0.0  # next /etc/hosts refresh
         self.init_begun: set[str] = set()  # uids whose init phase this runner started and not ended
@@ -189,7 +190,30 @@ class Runner:
         uid = pod["metadata"]["uid"]
         if uid not in self.finalizing:
             self.finalizing.add(uid)
+            if pod["metadata"].get("finalizers"):
+                self._terminal_phase(pod)
             self.api.delete_now(pod)
+
+    def _terminal_phase(self, pod: dict) -> None:
+        """A deleted pod whose object a finalizer keeps (e.g. Kueue's kueue.x-k8s.io/managed) gets a
+        terminal phase first, as a kubelet gives every deleted pod: the finalizer's owner waits for it."""
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        uid = pod["metadata"]["uid"]
+        recs = {}
+        for c in self.invoker.mapped_containers(pod):
+            p = self.procs.get(f"{uid}_{c['name']}")
+            if p is not None and p.rec.get("done"):
+                recs[c["name"]] = p.rec
+        try:
+            if not recs:
+                self.status.patch(pod, {"phase": "Failed", "reason": "Terminated", "message": "deleted before it ran"})
+                return
+            phase, states = final_states(pod, recs, max(r["finishedAt"] for r in recs.values()))
+            name = next(iter(recs))
+            self.status.patch_container(pod, name, states[name], ready=False, phase=phase, all_states=states)
+        except ApiError as e:  # gone meanwhile: nothing left to report
+            log(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: terminal phase not written: {e}")
 
     def start_container(self, pod: dict, c: dict, restart_count: int = 0) -> None:
         md = pod["metadata"]
@@ -245,6 +269,9 @@ class Runner:
                 self._terminated(key, p)
             else:
                 self.on_exit(p)
+        for key, (p, lost, until) in list(self.unreported.items()):  # a kubelet retries its status updates too
+            self.unreported.pop(key)
+            self._report_exit(p, lost, until)
         self._restart_due(t)
 
     def _refresh_tokens(self) -> None:
@@ -284,9 +311,26 @@ class Runner:
     def on_exit(self, proc: Proc) -> None:
         """A container's process ended on its own: restart it (restartPolicy) or report it, and the
         pod's phase once all its mapped containers are done."""
-        rec = proc.rec
         lost = self.procs.finish(proc)
-        self.logs.pump(self.pods, final={rec["uid"]})
+        self.logs.pump(self.pods, final={proc.rec["uid"]})
+        self._report_exit(proc, lost)
+
+    def _report_exit(self, proc: Proc, lost: bool, until: float | None = None) -> None:
+        """on_exit's status write; one that fails (the API server restarting) is retried every tick
+        for up to 2 minutes, or the pod would stay Running forever."""
+        try:
+            self._exit_status(proc, lost)
+        except Exception as e:  # noqa: BLE001
+            if until is None:
+                log(f"{proc.rec['namespace']}/{proc.rec['name']}: reporting the exit failed ({e}); retrying")
+                until = time.time() + 120
+            if time.time() < until:
+                self.unreported[proc.key] = (proc, lost, until)
+            else:
+                log(f"{proc.rec['namespace']}/{proc.rec['name']}: reporting the exit failed for good: {e}")
+
+    def _exit_status(self, proc: Proc, lost: bool) -> None:
+        rec = proc.rec
         pod = self.pods.get(rec["uid"])
         if pod is None or pod["metadata"].get("deletionTimestamp"):
             return

@@ -7,11 +7,13 @@
     python hack/testbed.py kubeconfig       print the admin kubeconfig path
     python hack/testbed.py env              print KUBECONFIG=..., PROMETHEUS_URL=... lines
     python hack/testbed.py kuberay on|off   install / remove KubeRay (operator + CRDs) on a running bed
+    python hack/testbed.py kueue on|off     install / remove Kueue (manager, CRDs, webhooks) on a running bed
 
 Processes (all on 127.0.0.1, pid files + logs under .state/bed/):
     etcd :12379, kube-apiserver :16443, kube-controller-manager :20257, kube-scheduler :20259,
     kwok :20247, prometheus :19090, pushgateway :19091, the pod runner (hack/podrunner.py),
-    the KubeRay operator (metrics :20280, health :20281; RLTUNE_BED_KUBERAY=0 at `up`: without it).
+    the KubeRay operator (metrics :20280, health :20281; RLTUNE_BED_KUBERAY=0 at `up`: without it),
+    Kueue (webhooks :20290, health :20291; RLTUNE_BED_KUEUE=0 at `up`: without it).
 See docs/testbed.md. Binaries come from hack/binaries.sh (built once per machine).
 """
 
@@ -58,6 +60,8 @@ PORTS = {
     "operator-metrics": 18080,  # scraped by Prometheus when an operator runs locally
     "kuberay-metrics": 20280,
     "kuberay-health": 20281,
+    "kueue-webhook": 20290,
+    "kueue-health": 20291,
 }
 PORTS = {k: v + PORT_OFFSET for k, v in PORTS.items()}
 HOST = "127.0.0.1"
@@ -95,6 +99,7 @@ ORDER = [
     "prometheus",
     "podrunner",
     "kuberay-operator",
+    "kueue",
 ]
 
 # KubeRay (ray-operator, hack/binaries.sh) runs by default; RLTUNE_BED_KUBERAY=0 at `up` starts the
@@ -104,6 +109,13 @@ ORDER = [
 KUBERAY = "kuberay-operator"
 KUBERAY_NAMESPACE = "kuberay-system"
 KUBERAY_CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
+
+# Kueue (sigs.k8s.io/kueue, hack/binaries.sh) runs by default too, like KubeRay: RLTUNE_BED_KUEUE=0 at
+# `up` starts the bed without it; the choice is kept in .state/bed/kueue; `testbed.py kueue on|off`.
+KUEUE = "kueue"
+KUEUE_NAMESPACE = "kueue-system"
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_WEBHOOKS = ("rltune-bed-kueue-mutating", "rltune-bed-kueue-validating")
 
 
 def log(msg: str) -> None:
@@ -356,6 +368,44 @@ def write_kubeconfig() -> None:
     tmp.replace(KUBECONFIG)
 
 
+OPERATOR_USER = "rltune-operator"
+OPERATOR_KUBECONFIG = STATE / "operator.kubeconfig"
+
+
+def operator_kubeconfig() -> Path:
+    """A kubeconfig for an operator run on the bed as its own user (CN=rltune-operator, group
+    system:masters: the same rights as the admin kubeconfig), whose every request the audit log
+    records (audit_policy). Made on first use; the apiserver accepts any cert its CA signed."""
+    if OPERATOR_KUBECONFIG.exists():
+        return OPERATOR_KUBECONFIG
+    d = str(PKI)
+    (PKI / "operator.ext").write_text(
+        "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n"
+    )
+    key, csr, crt = f"{d}/operator.key", f"{d}/operator.csr", f"{d}/operator.crt"
+    subj = f"/O=system:masters/CN={OPERATOR_USER}"
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj", subj)
+    ca = ["-CA", f"{d}/ca.crt", "-CAkey", f"{d}/ca.key", "-CAcreateserial"]
+    _openssl("x509", "-req", "-in", csr, *ca, "-out", crt, "-days", "3650", "-extfile", f"{d}/operator.ext")
+    (PKI / "operator.key").chmod(0o600)
+    cfg = json.loads(KUBECONFIG.read_text())
+    cfg["users"] = [
+        {
+            "name": OPERATOR_USER,
+            "user": {
+                "client-certificate-data": base64.b64encode((PKI / "operator.crt").read_bytes()).decode(),
+                "client-key-data": base64.b64encode((PKI / "operator.key").read_bytes()).decode(),
+            },
+        }
+    ]
+    cfg["contexts"][0]["context"]["user"] = OPERATOR_USER
+    tmp = OPERATOR_KUBECONFIG.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cfg, indent=1))
+    tmp.chmod(0o600)
+    tmp.replace(OPERATOR_KUBECONFIG)
+    return OPERATOR_KUBECONFIG
+
+
 def _ssl_ctx() -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(PKI / "ca.crt"))
     ctx.load_cert_chain(str(PKI / "admin.crt"), str(PKI / "admin.key"))
@@ -467,6 +517,10 @@ def audit_policy() -> str:
 kind: Policy
 omitStages: ["RequestReceived"]
 rules:
+# every request of the operator's own user (operator.kubeconfig): its API request rate is measured
+# from here (bench/api_rate.py, tests/e2e/test_events.py)
+- level: Metadata
+  users: ["rltune-operator"]
 # pod creations/deletions (not subresources like pods/binding): counted by restart tests
 - level: Metadata
   verbs: ["create", "delete", "deletecollection"]
@@ -756,6 +810,22 @@ def component_argv(bins: Path) -> dict[str, list[str]]:
         # like a pod of the operator: its own ServiceAccount (kubeconfig with its token), and the
         # bed-wide hosts file (Service names the pod runner keeps current) as /etc/hosts, so it
         # reaches a RayCluster's dashboard at <head-svc>.<ns>.svc.cluster.local:8265
+        # Kueue wants its metrics certificate at /etc/kueue/metrics/certs even with metrics off:
+        # the bed's certificate is bind-mounted there in a private mount namespace
+        KUEUE: [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            'mkdir -p /etc/kueue/metrics/certs && mount --bind "$0" /etc/kueue/metrics/certs && exec "$@"',
+            f"{s}/kueue.d/certs",
+            str(bins / KUEUE),
+            f"--config={s}/kueue.d/config.yaml",
+            "--feature-gates=VisibilityOnDemand=false",
+            "--zap-log-level=info",
+        ],
         KUBERAY: [
             "unshare",
             "--mount",
@@ -786,7 +856,7 @@ def kuberay_enabled() -> bool:
 
 
 def components() -> list[str]:
-    return [n for n in ORDER if n != KUBERAY or kuberay_enabled()]
+    return [n for n in ORDER if (n != KUBERAY or kuberay_enabled()) and (n != KUEUE or kueue_enabled())]
 
 
 def kubectl(bins: Path, *args: str, stdin: str | None = None, check: bool = True) -> str:
@@ -804,7 +874,11 @@ def kubectl(bins: Path, *args: str, stdin: str | None = None, check: bool = True
 def kuberay_rbac() -> str:
     """Namespace, ServiceAccount, a non-expiring token Secret and the binding of KubeRay's own
     ClusterRole (config/rbac/role.yaml of the module, copied by hack/binaries.sh)."""
-    ns, sa = KUBERAY_NAMESPACE, KUBERAY
+    return sa_rbac(KUBERAY_NAMESPACE, KUBERAY, "kuberay-operator")
+
+
+def sa_rbac(ns: str, sa: str, role: str) -> str:
+    """Namespace, ServiceAccount, its non-expiring token Secret, and a binding to ClusterRole `role`."""
     return f"""apiVersion: v1
 kind: Namespace
 metadata: {{name: {ns}}}
@@ -824,7 +898,7 @@ metadata:
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding
 metadata: {{name: {sa}}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kuberay-operator}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {role}}}
 subjects: [{{kind: ServiceAccount, name: {sa}, namespace: {ns}}}]
 """
 
@@ -888,6 +962,210 @@ def kuberay_switch(on: bool) -> None:
     stop_process(KUBERAY)
     kubectl(bins, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", *[f"crd/{c}" for c in KUBERAY_CRDS])
     print("KubeRay is off")
+
+
+# ----------------------------------------------------------------------------- Kueue
+def kueue_enabled() -> bool:
+    """RLTUNE_BED_KUEUE (0/false/no/off: without) when set, else the choice of the last `up`."""
+    v = os.environ.get("RLTUNE_BED_KUEUE")
+    f = STATE / "kueue"
+    if v is not None:
+        return v.strip().lower() not in ("0", "false", "no", "off")
+    return not (f.exists() and f.read_text().strip() == "off")
+
+
+def kueue_dir() -> Path:
+    """Kueue's files (config.yaml, certs/); the file STATE/kueue holds the on/off choice."""
+    return STATE / "kueue.d"
+
+
+def ensure_kueue_cert() -> None:
+    """The webhook server's certificate (IP 127.0.0.1), signed by the bed's CA, as Kueue's certDir
+    wants it (tls.crt, tls.key); the API server trusts it through the webhooks' caBundle."""
+    certs = kueue_dir() / "certs"
+    if (certs / "tls.crt").exists() and (certs / "tls.key").exists():
+        return
+    certs.mkdir(parents=True, exist_ok=True)
+    d = str(PKI)
+    (PKI / "kueue-webhook.ext").write_text(
+        "keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+        "subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+    )
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{d}/kueue-webhook.key",
+             "-out", f"{d}/kueue-webhook.csr", "-subj", "/CN=kueue-webhook")  # fmt: skip
+    _openssl("x509", "-req", "-in", f"{d}/kueue-webhook.csr", "-CA", f"{d}/ca.crt", "-CAkey", f"{d}/ca.key",
+             "-CAcreateserial", "-out", f"{d}/kueue-webhook.crt", "-days", "3650",
+             "-extfile", f"{d}/kueue-webhook.ext")  # fmt: skip
+    (PKI / "kueue-webhook.key").chmod(0o600)
+    shutil.copyfile(PKI / "kueue-webhook.crt", certs / "tls.crt")
+    shutil.copyfile(PKI / "kueue-webhook.key", certs / "tls.key")
+    (certs / "tls.key").chmod(0o600)
+
+
+def kueue_config() -> str:
+    """Kueue's Configuration: plain pods (pod groups) and, with KubeRay, RayJobs; only objects that
+    name a queue are managed; webhooks on loopback with the bed's certificate (no internal cert
+    management, no leader election, no metrics server, no visibility API server)."""
+    frameworks = ["pod"] + (["ray.io/rayjob"] if kuberay_enabled() else [])
+    cfg = {
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2",
+        "kind": "Configuration",
+        "namespace": KUEUE_NAMESPACE,
+        "health": {"healthProbeBindAddress": f"{HOST}:{PORTS['kueue-health']}"},
+        "metrics": {"bindAddress": "0"},
+        "webhook": {"port": PORTS["kueue-webhook"], "host": HOST, "certDir": str(kueue_dir() / "certs")},
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "manageJobsWithoutQueueName": False,
+        "clientConnection": {"qps": 100, "burst": 200},
+        "integrations": {"frameworks": frameworks},
+    }
+    return json.dumps(cfg, indent=1)  # JSON is YAML
+
+
+def kueue_webhooks(bins: Path) -> list[dict]:
+    """Kueue's own webhook configurations (config/components/webhook/manifests.yaml of the module),
+    cut down to Kueue's API group, pods and (with KubeRay) RayJobs, each pointing at the loopback
+    webhook server. Pods and RayJobs only when they name a queue (objectSelector): with Kueue down,
+    nothing else is ever blocked."""
+    import yaml
+
+    ca = base64.b64encode((PKI / "ca.crt").read_bytes()).decode()
+    keep_kinds = {"pods"} | ({"rayjobs"} if kuberay_enabled() else set())
+    out = []
+    docs = [d for d in yaml.safe_load_all((bins / "kueue.d" / "webhook" / "manifests.yaml").read_text()) if d]
+    for doc, name in zip(sorted(docs, key=lambda d: d["kind"] != "MutatingWebhookConfiguration"), KUEUE_WEBHOOKS):
+        hooks = []
+        for h in doc["webhooks"]:
+            groups = {g for r in h["rules"] for g in r["apiGroups"]}
+            kinds = {k for r in h["rules"] for k in r["resources"]}
+            if KUEUE_GROUP not in groups and not kinds & keep_kinds:
+                continue
+            path = h["clientConfig"]["service"]["path"]
+            h["clientConfig"] = {"url": f"https://{HOST}:{PORTS['kueue-webhook']}{path}", "caBundle": ca}
+            h["timeoutSeconds"] = 10
+            if KUEUE_GROUP not in groups:
+                h["objectSelector"] = {"matchExpressions": [{"key": "kueue.x-k8s.io/queue-name", "operator": "Exists"}]}
+                h["namespaceSelector"] = {
+                    "matchExpressions": [
+                        {
+                            "key": "kubernetes.io/metadata.name",
+                            "operator": "NotIn",
+                            "values": ["kube-system", KUEUE_NAMESPACE],
+                        }
+                    ]
+                }
+            hooks.append(h)
+        meta = {"name": name}
+        out.append({"apiVersion": doc["apiVersion"], "kind": doc["kind"], "metadata": meta, "webhooks": hooks})
+    return out
+
+
+def sa_kubeconfig(bins: Path, namespace: str, sa: str, out: Path) -> None:
+    """A kubeconfig with the ServiceAccount's token (its `<sa>-token` Secret), like a pod of it has."""
+
+    def token() -> str:
+        raw = kubectl(bins, "-n", namespace, "get", "secret", f"{sa}-token", "-o", "json")
+        return base64.b64decode(json.loads(raw).get("data", {}).get("token", "")).decode()
+
+    wait_for(f"{sa} ServiceAccount token", token, 30)
+    cfg = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "rltune-bed",
+                "cluster": {
+                    "server": APISERVER_URL,
+                    "certificate-authority-data": base64.b64encode((PKI / "ca.crt").read_bytes()).decode(),
+                },
+            }
+        ],
+        "users": [{"name": sa, "user": {"token": token()}}],
+        "contexts": [{"name": sa, "context": {"cluster": "rltune-bed", "user": sa, "namespace": namespace}}],
+        "current-context": sa,
+    }
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cfg))
+    tmp.chmod(0o600)
+    tmp.replace(out)
+
+
+def ensure_kueue(bins: Path) -> None:
+    """Kueue's CRDs, its ClusterRole (renamed kueue-manager-role) bound to a ServiceAccount whose
+    token Kueue runs with, the webhook configurations, its certificate and Configuration file."""
+    import yaml
+
+    kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", str(bins / "kueue.d" / "crd"))
+    role = yaml.safe_load((bins / "kueue.d" / "rbac" / "role.yaml").read_text())
+    role["metadata"] = {"name": "kueue-manager-role"}
+    rbac = sa_rbac(KUEUE_NAMESPACE, "kueue-controller-manager", "kueue-manager-role")
+    # Kueue watches Secrets in its namespace even without internal cert management
+    # (config/components/rbac/manager_secrets_role.yaml of the module)
+    rbac += f"""---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: kueue-manager-secrets-role, namespace: {KUEUE_NAMESPACE}}}
+rules: [{{apiGroups: [""], resources: [secrets], verbs: [get, list, watch, update]}}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: kueue-manager-secrets-rolebinding, namespace: {KUEUE_NAMESPACE}}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: kueue-manager-secrets-role}}
+subjects: [{{kind: ServiceAccount, name: kueue-controller-manager, namespace: {KUEUE_NAMESPACE}}}]
+"""
+    kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=json.dumps(role) + "\n---\n" + rbac)
+    files = sorted((bins / "kueue.d" / "crd").glob("*.yaml"))
+    crds = [f"crd/{yaml.safe_load(f.read_text())['metadata']['name']}" for f in files]
+    kubectl(bins, "wait", "--for=condition=Established", "--timeout=60s", *crds)
+    ensure_kueue_cert()
+    kueue_dir().mkdir(parents=True, exist_ok=True)
+    (kueue_dir() / "config.yaml").write_text(kueue_config())
+    hooks = "\n---\n".join(json.dumps(h) for h in kueue_webhooks(bins))
+    kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=hooks)
+    sa_kubeconfig(bins, KUEUE_NAMESPACE, "kueue-controller-manager", STATE / "kueue.kubeconfig")
+
+
+def start_kueue(bins: Path, argv: list[str], wait: bool = True) -> None:
+    ensure_kueue(bins)
+    start_process(KUEUE, argv, env={"KUBECONFIG": str(STATE / "kueue.kubeconfig")}, exe=str(bins / KUEUE))
+    if wait:
+        wait_for(KUEUE, lambda: http_ok(f"http://{HOST}:{PORTS['kueue-health']}/readyz"), 120, KUEUE)
+
+
+def kueue_strip_finalizers(bins: Path) -> None:
+    """With Kueue stopped nothing removes its finalizers: drop them (its objects, and pods it
+    manages) so that deleting the CRDs and pods does not hang."""
+    import yaml
+
+    files = sorted((bins / "kueue.d" / "crd").glob("*.yaml"))
+    kinds = [yaml.safe_load(f.read_text())["spec"]["names"]["plural"] for f in files]
+    for kind in [f"{k}.{KUEUE_GROUP}" for k in kinds] + ["pods"]:
+        sel = ["-l", "kueue.x-k8s.io/managed=true"] if kind == "pods" else []
+        raw = kubectl(bins, "get", kind, "-A", *sel, "-o", "json", check=False)
+        for item in json.loads(raw or '{"items": []}').get("items", []):
+            md = item["metadata"]
+            if not md.get("finalizers"):
+                continue
+            ns = ["-n", md["namespace"]] if md.get("namespace") else []
+            patch = '{"metadata":{"finalizers":null}}'
+            kubectl(bins, *ns, "patch", kind, md["name"], "--type=merge", "-p", patch, check=False)
+
+
+def kueue_switch(on: bool) -> None:
+    """Install (manager, CRDs, webhooks) or remove Kueue on a running bed; remembered for later `up`s."""
+    bins = bin_dir(build=on)
+    (STATE / "kueue").write_text("on" if on else "off")
+    if on:
+        start_kueue(bins, component_argv(bins)[KUEUE])
+        print("Kueue is on")
+        return
+    stop_process(KUEUE)
+    kubectl(bins, "delete", "--ignore-not-found", *[f"mutatingwebhookconfiguration/{KUEUE_WEBHOOKS[0]}",
+            f"validatingwebhookconfiguration/{KUEUE_WEBHOOKS[1]}"])  # fmt: skip
+    kueue_strip_finalizers(bins)
+    kubectl(bins, "delete", "--ignore-not-found", "--wait=true", "--timeout=120s", "-f", str(bins / "kueue.d" / "crd"))
+    print("Kueue is off")
 
 
 def is_up() -> bool:
@@ -956,6 +1234,9 @@ def up(wait: bool = True) -> None:
     if kuberay_enabled():
         start_kuberay(bins, argv[KUBERAY], wait=wait)
     (STATE / "kuberay").write_text("on" if kuberay_enabled() else "off")
+    if kueue_enabled():
+        start_kueue(bins, argv[KUEUE], wait=wait)
+    (STATE / "kueue").write_text("on" if kueue_enabled() else "off")
     if wait:
 
         def default_sa() -> bool:
@@ -1036,6 +1317,9 @@ def restart(names: list[str]) -> None:
         if name == KUBERAY:
             start_kuberay(bin_dir(build=False), argv[name])
             continue
+        if name == KUEUE:
+            start_kueue(bin_dir(build=False), argv[name])
+            continue
         start_process(name, argv[name])
         if name == "kube-apiserver":
             wait_for("kube-apiserver", lambda: api_get("/readyz", 2)[0] == 200, 120, name)
@@ -1047,7 +1331,8 @@ def status() -> int:
     for name in ORDER:
         pid = running_pid(name)
         if not pid and name not in components():
-            print(f"{name:26s} off (RLTUNE_BED_KUBERAY=0 / testbed.py kuberay off)")
+            which = "KUEUE=0 / testbed.py kueue" if name == KUEUE else "KUBERAY=0 / testbed.py kuberay"
+            print(f"{name:26s} off (RLTUNE_BED_{which} off)")
             continue
         print(f"{name:26s} {'up   pid ' + str(pid) if pid else 'down'}")
         rc |= 0 if pid else 1
@@ -1069,6 +1354,8 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("kwok-config")
     k = sub.add_parser("kuberay", help="install / remove KubeRay (operator + CRDs) on a running bed")
     k.add_argument("state", choices=["on", "off"])
+    q = sub.add_parser("kueue", help="install / remove Kueue (manager, CRDs, webhooks) on a running bed")
+    q.add_argument("state", choices=["on", "off"])
     a = ap.parse_args(argv)
     if a.cmd == "up":
         up(wait=not a.no_wait)
@@ -1089,6 +1376,8 @@ def main(argv: list[str] | None = None) -> int:
         print(kwok_config())
     elif a.cmd == "kuberay":
         kuberay_switch(a.state == "on")
+    elif a.cmd == "kueue":
+        kueue_switch(a.state == "on")
     return 0
 
 
