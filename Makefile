@@ -2,10 +2,10 @@
 PY ?= .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast
+.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates
 
 help:
-	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast"
+	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates"
 
 setup:               ## install what the bed and demo need (apt, Go builds, .venv); idempotent
 	hack/setup.sh
@@ -51,3 +51,12 @@ bench:
 # the forecaster's error per trial index over 20 seeds (~15 min): judge forecaster changes here
 bench-forecast:
 	$(PY) -m bench.forecast
+
+# the quality gates' catch rate on injected regressions and false alarms on healthy twin trials
+# (~1 min; out/bench-gates.json; docs/tuner.md)
+bench-gates:
+	$(PY) -m bench.gates
+
+# the operator's API requests per second with 50 finished + 5 waiting jobs, from the bed's audit log
+bench-api-rate:
+	$(PY) -m bench.api_rate

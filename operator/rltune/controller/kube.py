@@ -41,7 +41,11 @@ class KubeCluster:
     def api(self) -> client.ApiClient:
         """Made on first use: the operator builds its KubeCluster at start-up, before kopf has logged
         in and loaded the client configuration (in-cluster or kubeconfig)."""
-        return self._api or client.ApiClient()
+        if self._api is not None:
+            return self._api
+        api = client.ApiClient()
+        api.user_agent = "rltune-operator"  # its requests in an audit log (kopf's own: "kopf/<version>")
+        return api
 
     @functools.cached_property
     def core(self) -> client.CoreV1Api:
@@ -137,6 +141,24 @@ class KubeCluster:
                 found = False
             self._kuberay = (now, found)
         return self._kuberay[1]
+
+    def serves_localqueues(self) -> bool:
+        """Whether Kueue's LocalQueue kind (kueue.x-k8s.io/v1beta1) is installed; checked once a minute."""
+        from . import kueue as K
+
+        now = time.monotonic()
+        cached = getattr(self, "_kueue", None)
+        if cached is None or now - cached[0] > KUBERAY_CACHE_SECONDS:
+            try:
+                found = any(
+                    r.name == K.LOCALQUEUES for r in self.custom.get_api_resources(K.GROUP, K.VERSION).resources
+                )
+            except ApiException as e:
+                if e.status != 404:
+                    raise
+                found = False
+            self._kueue = (now, found)
+        return self._kueue[1]
 
     def list_rayjobs(self, namespace: str, job: str) -> list[dict]:
         """The job's trial RayJobs ([] without KubeRay)."""
