@@ -64,6 +64,23 @@ class TrialDefaults(_Model):
     guaranteed: bool = Field(False, description="Limits equal to requests (Guaranteed QoS).")
 
 
+class KueueSettings(_Model):
+    """Admission through Kueue (https://kueue.sigs.k8s.io): the LocalQueue of jobs that name none."""
+
+    default_queue: Optional[str] = Field(
+        None,
+        max_length=63,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="LocalQueue (in each job's namespace) for jobs without resources.queueName; empty: none "
+        "(trial pods go straight to the scheduler).",
+    )
+
+    @field_validator("default_queue", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: Any) -> Any:
+        return v or None
+
+
 class PodSecurityBounds(_Model):
     """What a job's podTemplate may relax of the restricted profile. All off: trial pods are restricted."""
 
@@ -88,6 +105,7 @@ class OperatorSettings(_Model):
     gpu_pool: GpuPoolSettings = Field(default_factory=GpuPoolSettings)
     trial_defaults: TrialDefaults = Field(default_factory=TrialDefaults)
     pod_security: PodSecurityBounds = Field(default_factory=PodSecurityBounds)
+    kueue: KueueSettings = Field(default_factory=KueueSettings)
     reconcile_interval: float = Field(2.0, gt=0)
     workers: int = Field(8, ge=1)
     bridge_image: str = Field(
@@ -125,6 +143,7 @@ ENV_OVERRIDES: dict[str, tuple[tuple[str, ...], Any]] = {
     "RLTUNE_BRIDGE_IMAGE": (("bridgeImage",), str),
     "RLTUNE_GPU_POOL_SELECTOR": (("gpuPool", "nodeSelector"), json.loads),
     "RLTUNE_POD_SECURITY": (("podSecurity",), json.loads),
+    "RLTUNE_KUEUE_DEFAULT_QUEUE": (("kueue", "defaultQueue"), str),
 }
 
 

@@ -133,3 +133,58 @@ def test_a_spec_change_resumes_a_finished_search():
     d = L.step(more, status, {}, 2_000_000.0, generation=2)
     assert d.status.phase == Phase.SEARCHING and any(e.reason == "Resumed" for e in d.events)
     assert d.status.observed_generation == 2
+
+
+def test_a_preempted_trial_is_retried_once_with_the_same_configuration():
+    spec = job(budget={"maxTrials": 3, "parallelTrials": 1, "stepsPerTrial": 4, "confirmSteps": 0})
+    evicted = "WorkloadEvicted: Preempted to accommodate a workload (UID: x) due to prioritization in the ClusterQueue"
+
+    def preempt_first_search(t, cfg):
+        if t.kind == "search" and t.retry_of is None and t.id == "t1":
+            return L.Observation(placed=True, preempted=evicted)
+        return ok(t, cfg)
+
+    status, events = drive(spec, preempt_first_search)
+    assert status.phase == Phase.SUCCEEDED, status.message
+    first = next(t for t in status.trials if t.id == "t1")
+    retry = next(t for t in status.trials if t.id == "t1-retry")
+    assert first.state == TrialState.PREEMPTED and first.cause == FailureCause.PREEMPTED
+    assert not first.state.is_failure and first.superseded and "Preempted" in first.reason
+    assert retry.retry_of == "t1" and retry.config == first.config and retry.kind == "search"
+    assert retry.state == TrialState.SUCCEEDED or retry.state == TrialState.REJECTED
+    # the retry takes the preempted trial's place in the budget: 3 search trials besides the superseded one
+    search = [t for t in status.trials if t.kind == "search" and not t.superseded]
+    assert len(search) == 3 and status.trials_done == "3/3" and status.trials_failed == 0
+    assert "TrialPreempted" in {e.reason for e in events}
+
+
+def test_a_preempted_baseline_retry_preempted_again_ends_the_profiling():
+    spec = job()
+    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    d = L.step(spec, d.status, {"baseline": L.Observation(preempted="WorkloadEvicted: preempted")}, 1001.0)
+    ids = [(t.id, t.state) for t in d.status.trials]
+    assert ids == [("baseline", TrialState.PREEMPTED), ("baseline-retry", TrialState.PENDING)]
+    assert "baseline" in d.teardown and d.status.phase == Phase.PROFILING
+    d = L.step(spec, d.status, {"baseline-retry": L.Observation(preempted="WorkloadEvicted: again")}, 1002.0)
+    assert [t.id for t in d.status.trials] == ["baseline", "baseline-retry"]  # retried once only
+    assert d.status.phase == Phase.FAILED and d.status.baseline.state == TrialState.PREEMPTED
+
+
+def test_waiting_for_kueue_admission_is_no_schedule_timeout():
+    spec = job(budget={"scheduleTimeoutSeconds": 60})
+    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    gated = L.Observation(pods=2, gated="gpu-queue")
+    d = L.step(spec, d.status, {"baseline": gated}, 1001.0)
+    t = d.status.trials[0]
+    assert t.state == TrialState.PENDING and t.queue == "gpu-queue"
+    assert t.reason == "waiting for Kueue admission in queue gpu-queue"
+    d = L.step(spec, d.status, {"baseline": gated}, 1000.0 + 3600)  # an hour in the queue
+    assert d.status.trials[0].state == TrialState.PENDING and not d.teardown
+    # admitted, then the scheduler has no room: the timeout counts from the admission
+    unplaced = L.Observation(pods=2, pending_reason="0/8 nodes are available")
+    d = L.step(spec, d.status, {"baseline": unplaced}, 1000.0 + 3601)
+    t = d.status.trials[0]
+    assert t.state == TrialState.PENDING and t.admitted_at and t.reason is None
+    d = L.step(spec, d.status, {"baseline": unplaced}, 1000.0 + 3601 + 61)
+    t = d.status.trials[0]
+    assert t.state == TrialState.UNSCHEDULABLE and "0/8 nodes" in t.reason

@@ -44,6 +44,8 @@ LABEL_KEY_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9]$"
 )
+# a Kueue LocalQueue / WorkloadPriorityClass name that is also a label value (DNS-1123, <= 63)
+QUEUE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 LABEL_VALUE_PATTERN = r"^(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?$"
 NODE_SELECTOR_MAX = 64
 TOLERATIONS_MAX = 64
@@ -385,6 +387,21 @@ class Resources(CamelModel):
         description="PodSpec fields merged into every trial pod like a strategic merge patch (containers, env, "
         "volumes, volumeMounts merged by name/mountPath; e.g. volumes, priorityClassName). Bounded by the operator's "
         "podSecurity settings.",
+    )
+    queue_name: Optional[str] = Field(
+        None,
+        max_length=63,
+        pattern=QUEUE_NAME_PATTERN,
+        description="Kueue LocalQueue (in the job's namespace) that admits every trial as one workload "
+        "(all-or-nothing); default: the operator's kueue.defaultQueue. Without Kueue installed the job waits "
+        "(QueueAvailable=False).",
+    )
+    priority_class_name: Optional[str] = Field(
+        None,
+        max_length=63,
+        pattern=QUEUE_NAME_PATTERN,
+        description="Kueue WorkloadPriorityClass of the trials (label kueue.x-k8s.io/priority-class); only with "
+        "a queue.",
     )
 
     @field_validator("node_selector")

@@ -50,6 +50,7 @@ class TrialState(StrEnum):
     METRICS_UNAVAILABLE = "MetricsUnavailable"
     TIMED_OUT = "TimedOut"
     STOPPED = "Stopped"  # early-stopped or torn down by the job
+    PREEMPTED = "Preempted"  # evicted by Kueue (or preempted): retried once with the same configuration
 
     @property
     def is_active(self) -> bool:
@@ -81,6 +82,7 @@ class FailureCause(StrEnum):
     TIMED_OUT = "TimedOut"
     METRICS_UNAVAILABLE = "MetricsUnavailable"
     NO_STEADY_STATE = "NoSteadyState"
+    PREEMPTED = "Preempted"  # not the configuration's failure: Kueue evicted or preempted its pods
 
 
 PHASES = tuple(Phase)
@@ -145,6 +147,19 @@ class TrialStatus(CamelModel):
     created_at: Optional[str] = Field(None, description="When the operator recorded the trial (RFC 3339).")
     started_at: Optional[str] = Field(None, description="When all of its pods were first seen scheduled (RFC 3339).")
     finished_at: Optional[str] = Field(None, description="When its rank-0 pod finished or it was torn down (RFC 3339).")
+    retry_of: Optional[str] = Field(
+        None, description="A re-run of a preempted trial: that trial's id (same configuration; retried once)."
+    )
+    queue: Optional[str] = Field(None, description="Kueue: the LocalQueue the trial waited in for admission.")
+    admitted_at: Optional[str] = Field(
+        None,
+        description="Kueue: when its pods were first seen admitted (scheduleTimeoutSeconds counts from then).",
+    )
+
+    @property
+    def superseded(self) -> bool:
+        """A preempted first attempt: its retry stands in for it (not counted against the budget)."""
+        return self.state == TrialState.PREEMPTED and self.retry_of is None
 
 
 class BestStatus(CamelModel):

@@ -21,6 +21,8 @@ Where trial pods land (so they schedule on real GPU clusters, not only on the te
 - Tolerations: the chart's `gpuPool.tolerations` plus the job's `resources.tolerations`, deduplicated.
 - CPU and memory requests come from the chart's `trialDefaults`; with `trialDefaults.guaranteed`
   the limits equal the requests (Guaranteed QoS). GPU limits always equal GPU requests.
+- With a Kueue queue (`resources.queueName` or the chart's `kueue.defaultQueue`) the trial's pods
+  are one Kueue pod group named `<job>-<trial>` (controller/kueue.py), admitted all-or-nothing.
 - Every pod and container runs with the Pod Security Standards "restricted" settings (non-root
   user 10001 as in images/trial/Dockerfile, no privilege escalation, all capabilities dropped,
   seccomp RuntimeDefault): https://kubernetes.io/docs/concepts/security/pod-security-standards/
@@ -47,6 +49,7 @@ from ..api.hardware import gpu as gpu_info
 from ..api.models import RLConfig, RLTuningJobSpec, trial_spec_for
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
+from . import kueue as K
 
 LABEL_JOB = "rltune.io/job"
 LABEL_TRIAL = "rltune.io/trial"
@@ -349,6 +352,9 @@ def trial_manifests(
                 "spec": pod_spec,
             }
         )
+    queue = K.queue_for(spec, settings)
+    if queue:  # one Kueue workload: the trial's pods are admitted all-or-nothing (controller/kueue.py)
+        K.pod_group(pods, queue, service_name(job, trial), spec.resources.priority_class_name)
     return pods, svc
 
 

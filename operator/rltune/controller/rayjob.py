@@ -14,6 +14,9 @@ configuration's knobs, a bounded number of steps) wrapped by rltune's metrics br
 Pushgateway. The user's image need not contain rltune: an init container of the head pod copies
 the bridge (stdlib only) from rltune's trial image into an emptyDir the head mounts at BRIDGE_DIR.
 
+With a Kueue queue the RayJob carries the label kueue.x-k8s.io/queue-name: Kueue keeps it suspended
+until the ClusterQueue admits it whole (controller/kueue.py).
+
 Without the KubeRay operator (no ray.io/v1 RayJob kind) rltune does not launch Ray itself: the job
 waits with the condition RayAvailable=False (reason KubeRayMissing).
 """
@@ -29,6 +32,7 @@ from ..adapters.registry import framework_command
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
+from . import kueue as K
 from . import pods as P
 
 API_VERSION = "ray.io/v1"
@@ -182,7 +186,7 @@ def rayjob_manifest(
             ],
         },
     }
-    return {
+    manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
@@ -203,6 +207,10 @@ def rayjob_manifest(
             "submitterPodTemplate": submitter,
         },
     }
+    queue = K.queue_for(spec, settings)
+    if queue:  # Kueue's ray.io/rayjob integration admits the whole RayJob (controller/kueue.py)
+        K.queued_rayjob(manifest, queue, spec.resources.priority_class_name)
+    return manifest
 
 
 # --------------------------------------------------------------------------- reading its outcome

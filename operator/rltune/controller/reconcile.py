@@ -24,11 +24,12 @@ from pydantic import ValidationError
 
 from ..adapters.registry import adapter_for
 from ..api.models import RLTuningJobSpec
-from ..api.status import FailureCause, RLTuningJobStatus, TrialState, TrialStatus
+from ..api.status import ACTIVE_STATES, FailureCause, Phase, RLTuningJobStatus, TrialState, TrialStatus
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
 from ..tuner import lifecycle as L
 from ..tuner import records as R
+from . import kueue as K
 from . import placement, podsecurity, prom
 from . import pods as P
 from . import rayjob as RJ
@@ -41,6 +42,40 @@ NO_KUBERAY = (
     "operator (https://docs.ray.io/en/latest/cluster/kubernetes/getting-started/kuberay-operator-installation.html); "
     "the job starts by itself once it is there"
 )
+
+
+def is_terminating(obj: Optional[dict]) -> bool:
+    """A pod or RayJob that is being deleted (None: none exists, nothing to delete)."""
+    return obj is None or bool((obj.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def next_tick(body: dict, interval: float, idle_interval: float) -> Optional[float]:
+    """Seconds until a job must be reconciled again with no event about it, None: only on events.
+    Active trials are scored from Prometheus and timed (trialTimeout, scheduleTimeout), which no
+    watch reports: every `interval`. A finished job (Succeeded/Failed for its current generation)
+    waits for events alone. Anything else (a job waiting for KubeRay, ...) every `idle_interval`."""
+    status = body.get("status") or {}
+    gen = int((body.get("metadata") or {}).get("generation") or 1)
+    trials = status.get("trials") or []
+    if any(t.get("state") in ACTIVE_STATES for t in trials):
+        return interval
+    if status.get("phase") in (Phase.SUCCEEDED, Phase.FAILED) and status.get("observedGeneration") == gen:
+        return None
+    return idle_interval
+
+
+def disruption(pods: list[dict], lost: bool = False) -> str:
+    """Why the cluster took a trial's pods away ("" = it did not): a pod's DisruptionTarget condition
+    (evicted, its node tainted NoExecute or gone, preempted, node pressure:
+    https://kubernetes.io/docs/concepts/workloads/pods/disruptions/#pod-disruption-conditions), or
+    `lost`: a running trial's rank-0 pod is gone, which the operator never deletes itself. Not the
+    configuration's fault: the lifecycle re-runs the trial once (TrialState.PREEMPTED)."""
+    for p in pods:
+        for c in (p.get("status") or {}).get("conditions") or []:
+            if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
+                why = ": ".join(x for x in (c.get("reason"), c.get("message")) if x)
+                return f"pod {p['metadata']['name']} disrupted: {why or 'DisruptionTarget'}"[:300]
+    return "its rank-0 pod was deleted while it ran (node lost?)" if lost else ""
 
 
 class Conflict(Exception):
@@ -70,6 +105,7 @@ class Cluster(Protocol):
     def refusal(self, manifest: dict) -> Optional[Refusal]: ...  # server-side dry run of a create
     def delete_trial(self, namespace: str, job: str, trial: str) -> None: ...
     def serves_rayjobs(self) -> bool: ...  # the KubeRay operator's RayJob kind is installed
+    def serves_localqueues(self) -> bool: ...  # Kueue's LocalQueue kind (kueue.x-k8s.io/v1beta1) is installed
     def list_rayjobs(self, namespace: str, job: str) -> list[dict]: ...
 
 
@@ -161,11 +197,51 @@ class Reconciler:
         self.on_trial_started = on_trial_started or (lambda kind: None)
         self.on_trial_finished = on_trial_finished or (lambda state: None)
         self.clock = clock
+        # (namespace, name) -> {resourceVersion a status write replaced: the job that write returned}
+        self._written: dict[tuple[str, str], dict[str, dict]] = {}
 
-    def reconcile(self, namespace: str, name: str) -> Optional[str]:
-        """One tick. Returns the job's phase after it (None if the job is gone)."""
-        body = self.cluster.get_job(namespace, name)
+    def _fresher(self, body: dict) -> dict:
+        """`body`, or the job as this reconciler's own status writes left it when `body` is the basis
+        of one of them (the watch has not delivered them yet). The writes carry the resourceVersion
+        they replace, so they form one chain with nobody else's write in between: a watched
+        resourceVersion outside the chain is newer than all of it. Versions are only compared for
+        equality, never ordered."""
+        md = body["metadata"]
+        key = (md.get("namespace"), md.get("name"))
+        chain = self._written.get(key)
+        rv = md.get("resourceVersion")
+        if not chain or rv not in chain:
+            self._written.pop(key, None)  # the watch caught up (or someone else wrote): its body is newest
+            return body
+        used = set()
+        while rv in chain and rv not in used:
+            used.add(rv)
+            body = chain[rv]
+            rv = body["metadata"].get("resourceVersion")
+        self._written[key] = {k: v for k, v in chain.items() if k in used}  # older bases are past
+        return body
+
+    def reconcile(
+        self,
+        namespace: str,
+        name: str,
+        body: Optional[dict] = None,
+        pods: Optional[list[dict]] = None,
+        rayjobs: Optional[list[dict]] = None,
+    ) -> Optional[str]:
+        """One tick. Returns the job's phase after it (None if the job is gone).
+
+        `body`, `pods`, `rayjobs`: the job, its trial pods and its trial RayJobs as the caller's watch
+        (the operator's kopf watches and indexes) last saw them; each one not given is read from the
+        API server. With all three given, a tick that changes nothing makes no API request. A body
+        older than this reconciler's own last status write of the job (the watch has not delivered
+        that write yet) is replaced by the written one; a stale body otherwise only costs a Conflict."""
+        if body is None:
+            body = self.cluster.get_job(namespace, name)
+        else:
+            body = self._fresher(body)
         if body is None or body["metadata"].get("deletionTimestamp"):
+            self._written.pop((namespace, name), None)
             return None
         gen = int(body["metadata"].get("generation") or 1)
         now = self.clock()
@@ -184,20 +260,34 @@ class Reconciler:
             )
             self._commit(body, status, d, [], spec)
             return d.status.phase
+        queue = K.queue_for(spec, self.settings)
+        if queue and not self.cluster.serves_localqueues():
+            d = L.wait_for(status, "QueueAvailable", "KueueMissing", K.NO_KUEUE.format(queue), gen, now)
+            self._commit(body, status, d, [], spec)
+            return d.status.phase
+        if queue:
+            msg = f"trials are admitted through the Kueue LocalQueue {queue}"
+            L.set_condition(status, "QueueAvailable", "True", "Kueue", msg, gen, now)
         pods_by_trial: dict[str, list[dict]] = defaultdict(list)
-        for p in self.cluster.list_trial_pods(namespace, name):
+        for p in self.cluster.list_trial_pods(namespace, name) if pods is None else pods:
             pods_by_trial[p["metadata"]["labels"].get(P.LABEL_TRIAL, "")].append(p)
-        rayjobs = {
-            r["metadata"]["labels"].get(P.LABEL_TRIAL, ""): r
-            for r in (self.cluster.list_rayjobs(namespace, name) if on_ray else [])
-        }
+        if not on_ray:
+            rayjobs = []
+        elif rayjobs is None:
+            rayjobs = self.cluster.list_rayjobs(namespace, name)
+        rayjobs = {r["metadata"]["labels"].get(P.LABEL_TRIAL, ""): r for r in rayjobs}
         if on_ray:
             L.set_condition(status, "RayAvailable", "True", "KubeRay", "trials run as KubeRay RayJobs", gen, now)
         observations = self._observe(spec, status, pods_by_trial, namespace, name, rayjobs)
         d = L.step(spec, status, observations, now, gen)
         # pods of trials that are no longer active (and leftovers of a crash after a status write)
         active = {t.id for t in d.status.trials if t.state.is_active}
-        d.teardown.extend(tid for tid in {**pods_by_trial, **rayjobs} if tid not in active)
+        # (a trial whose pods and RayJob are all being deleted already is not torn down again)
+        d.teardown.extend(
+            tid
+            for tid in {**pods_by_trial, **rayjobs}
+            if tid not in active and not all(is_terminating(o) for o in [*pods_by_trial.get(tid, []), rayjobs.get(tid)])
+        )
         # pods of Pending trials that have none yet, once the cluster says they can exist
         create: list[dict] = []
         for _ in range(3):  # a refused trial may make the search start another one: check it too
@@ -254,12 +344,14 @@ class Reconciler:
                 placed = len(pods) >= n and all(P.is_scheduled(p) for p in pods)
                 done = t.state != TrialState.PENDING and ok
                 failure = why or (P.failure_reason(failed[0]) if failed else "")
+                lost = False  # KubeRay re-creates lost Ray pods itself
             else:
                 rank0 = next((p for p in pods if p["metadata"]["labels"].get(P.LABEL_RANK) == "0"), None)
                 failed = [p for p in pods if P.pod_phase(p) == "Failed"]
                 placed = len(pods) >= n and all(P.is_scheduled(p) for p in pods)
                 done = t.state != TrialState.PENDING and (rank0 is None or P.pod_phase(rank0) == "Succeeded")
                 failure = P.failure_reason(failed[0]) if failed else ""
+                lost = t.state == TrialState.RUNNING and rank0 is None
             exported = self.metrics.reason(prom_url, namespace, name, t.id, names) if failure and prom_url else None
             steps, err = None, ""
             if not failure and (
@@ -280,6 +372,8 @@ class Reconciler:
                 pending_reason=next((P.unschedulable_message(p) for p in pods if P.unschedulable_message(p)), ""),
                 steps=steps,
                 metrics_error=err,
+                preempted=disruption(pods, lost) or K.evicted(pods, rayjobs.get(t.id), t.state == TrialState.RUNNING),
+                gated=K.gated(pods, rayjobs.get(t.id)),
             )
         return out
 
@@ -348,11 +442,29 @@ class Reconciler:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         after = d.status.dump()
         if after != before.dump():
-            try:
-                self.cluster.write_status(body, after)
-            except Conflict:
-                log.info("%s/%s changed meanwhile; next tick", ns, name)
-                return
+            basis = body["metadata"].get("resourceVersion")
+            for attempt in range(2):
+                try:
+                    written = self.cluster.write_status(body, after)
+                    if isinstance(written, dict) and (written.get("metadata") or {}).get("resourceVersion"):
+                        # what a watch copy of `basis` (or of the fresh job written over) has become
+                        for rv in {basis, body["metadata"].get("resourceVersion")}:
+                            self._written.setdefault((ns, name), {})[rv] = written
+                    break
+                except Conflict:
+                    # A user's edit (labels, spec) meanwhile leaves the status this tick started from in
+                    # place: write once more over the fresh job, or frequent edits would starve the
+                    # operator (observedGeneration still names the spec this tick used). A status that
+                    # someone else wrote meanwhile skips the tick.
+                    fresh = self.cluster.get_job(ns, name) if attempt == 0 else None
+                    if (
+                        fresh is None
+                        or fresh["metadata"].get("deletionTimestamp")
+                        or (fresh.get("status") or {}) != (body.get("status") or {})
+                    ):
+                        log.info("%s/%s changed meanwhile; next tick", ns, name)
+                        return
+                    body = fresh
         for m in create:
             try:
                 self.cluster.create(m)

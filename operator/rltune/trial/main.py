@@ -8,6 +8,11 @@ trial can be observed); mode real runs rltune.grpo.run(spec, emit).
 Exit codes: 0 success; 137 CUDA out of memory (like an OOM-killed container); 1 other failures,
 with exactly one line `rltune-trial: <reason>` on stderr. The final push carries trial_state 1 or 2
 (and the reason in trial_info's `reason` label).
+
+Test-only fault injection (twin mode; tests/e2e/test_faults.py): env RLTUNE_TWIN_FAULTS =
+"<trial>=<fault>,..." makes the named trials misbehave: `crash` (exit 1 after the first step),
+`oom` (exit 137, "CUDA out of memory"), `nometrics` (runs, exits 0, never pushes a metric),
+`nan` (steady-state steps report NaN step time and reward). Unset: no effect.
 """
 
 from __future__ import annotations
@@ -54,15 +59,38 @@ def _gpus(spec: TrialSpec) -> int:
     return 0
 
 
+FAULTS = ("crash", "oom", "nometrics", "nan")
+
+
+def injected_fault(spec: TrialSpec) -> str:
+    """The test-only fault RLTUNE_TWIN_FAULTS names for this trial ("" = none; twin mode only)."""
+    if spec.mode != "twin":
+        return ""
+    for item in (os.environ.get("RLTUNE_TWIN_FAULTS") or "").split(","):
+        trial, _, fault = item.strip().partition("=")
+        if trial == spec.trial and fault in FAULTS:
+            return fault
+    return ""
+
+
 def run_trial(spec: TrialSpec, exporter: TrialExporter) -> None:
     """Run the trial's steps, recording each one; raise on failure."""
     if spec.mode == "twin":
+        import dataclasses
+
         from rltune.twin import simulate_trial
 
         per_step = float(os.environ.get("RLTUNE_TWIN_SECONDS_PER_STEP", "0") or 0)
-        for rec in simulate_trial(spec):
+        fault = injected_fault(spec)
+        for i, rec in enumerate(simulate_trial(spec)):
             if per_step > 0:
                 time.sleep(per_step)
+            if fault == "crash" and i == 1:
+                raise RuntimeError("injected fault: crash")
+            if fault == "oom" and i == 1:
+                raise MemoryError("CUDA out of memory (injected fault)")
+            if fault == "nan" and not rec.warmup:
+                rec = dataclasses.replace(rec, duration=float("nan"), reward=float("nan"))
             exporter.record(rec)
     else:
         from rltune import grpo  # lazy: torch/vLLM only in real mode
@@ -87,6 +115,8 @@ def main(argv: Optional[list] = None) -> int:
             metrics_port=spec.metrics_port,
             bind=bind,
         )
+        if injected_fault(spec) == "nometrics":
+            exporter.pushgateway_url = None  # test-only: the trial runs but nothing reaches the metrics store
         exporter.serve()
         exporter.set_gpus(_gpus(spec))
         exporter.push(force=True)

@@ -93,6 +93,8 @@ class Tuner:
             if (
                 r.summary is not None
                 and not r.summary.failed
+                and not r.summary.nan  # a NaN/inf step time (stored as -1) would poison the forecaster's fit
+                and r.summary.step_time_mean > 0
                 and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED, TrialState.STOPPED)
             ):
                 obs.append((r.config, r.summary))

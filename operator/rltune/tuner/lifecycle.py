@@ -18,6 +18,8 @@ against `budget.maxFailedTrials` there too; the Tuner decides when the search is
 
 from __future__ import annotations
 
+import math
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -66,6 +68,8 @@ class Observation:
     steps: Optional[list[StepRecord]] = None  # steps measured so far (None: not read this time)
     metrics_error: str = ""
     refused: Optional[Refusal] = None
+    gated: str = ""  # Kueue holds the trial's pods (scheduling gate / suspended): the LocalQueue's name
+    preempted: str = ""  # Kueue evicted (or the cluster preempted) the trial's pods: why ("" = not)
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,10 @@ class Decisions:
             self.finished + later.finished,
             self.events + later.events,
         )
+
+
+def _finite(x: Optional[float]) -> Optional[float]:
+    return x if x is None or math.isfinite(x) else None
 
 
 # --------------------------------------------------------------------------- time and conditions
@@ -261,13 +269,33 @@ class _Lifecycle:
         st.observed_generation = self.gen
         if st.phase in (Phase.PENDING, Phase.VALIDATING):
             self.start_baseline()
+        self.metrics_availability(observations)
         for t in list(st.trials):
             if t.state.is_active:
                 self.advance(t, observations.get(t.id, Observation()))
         self.decide()
-        search = [t for t in st.trials if t.kind == "search"]
+        # NaN/inf (a trial that reported NaN) is no JSON number: the API server would refuse the write
+        for t in st.trials:
+            t.measured_seconds, t.objective = _finite(t.measured_seconds), _finite(t.objective)
+            t.predicted_seconds, t.predicted_std = _finite(t.predicted_seconds), _finite(t.predicted_std)
+        search = [t for t in st.trials if t.kind == "search" and not t.superseded]
         st.trials_done = f"{sum(1 for t in search if t.state.is_terminal)}/{self.spec.budget.max_trials}"
         st.trials_failed = sum(1 for t in search if t.state.is_failure)
+
+    def metrics_availability(self, observations: dict[str, Observation]) -> None:
+        """Condition MetricsAvailable: False (reason MetricsUnavailable, event once) while trial metrics
+        cannot be read (Prometheus down, failing or not configured), True again once a read works.
+        Nothing is scored meanwhile: a finished trial waits in Scoring, up to budget.metricsTimeoutSeconds."""
+        errors = sorted(o.metrics_error for o in observations.values() if o.metrics_error)
+        old = next((c for c in self.status.conditions if c.type == "MetricsAvailable"), None)
+        if errors:
+            msg = "trial metrics cannot be read: " + re.sub(r" at 0x[0-9a-f]+", "", errors[0])
+            if old is None or old.status != "False":
+                self.warn("MetricsUnavailable", msg)
+            set_condition(self.status, "MetricsAvailable", "False", "MetricsUnavailable", msg, self.gen, self.now)
+        elif any(o.steps is not None for o in observations.values()):
+            msg = "trial metrics are read from Prometheus"
+            set_condition(self.status, "MetricsAvailable", "True", "MetricsAvailable", msg, self.gen, self.now)
 
     def spec_changed(self) -> None:
         """A finished job whose spec changed: resume the search, or start over without a baseline."""
@@ -342,8 +370,18 @@ class _Lifecycle:
             self.refused(t, obs.refused)
             return
         budget = self.spec.budget
+        if obs.preempted and t.state in (TrialState.PENDING, TrialState.RUNNING):
+            self.preempted(t, obs.preempted)
+            return
         if t.state == TrialState.PENDING:
-            created = parse_iso(t.created_at) or self.now
+            if obs.gated and not obs.placed:  # waiting for Kueue's admission: no schedule timeout
+                if t.queue != obs.gated:
+                    t.queue, t.reason = obs.gated, f"waiting for Kueue admission in queue {obs.gated}"
+                    self.info("Queued", f"trial {t.id} {t.reason}", t.id)
+                return
+            if t.queue and not t.admitted_at:
+                t.admitted_at, t.reason = now_iso(self.now), None
+            created = parse_iso(t.admitted_at or t.created_at) or self.now
             if obs.placed:
                 t.state, t.started_at = TrialState.RUNNING, now_iso(self.now)
             elif self.now - created > budget.schedule_timeout_seconds:
@@ -391,6 +429,17 @@ class _Lifecycle:
         if cause == FailureCause.OUT_OF_MEMORY and "out of memory" not in why:
             why += ": out of memory"
         self.finish(t, TrialState.FAILED, why, cause)
+
+    def preempted(self, t: TrialStatus, why: str) -> None:
+        """Kueue evicted the trial (or the cluster preempted its pods): no verdict on the configuration.
+        The first time it runs again as `<id>-retry` with the same configuration; a retry that is
+        preempted too stays Preempted (not a failure; a baseline's ends the profiling)."""
+        self.finish(t, TrialState.PREEMPTED, why, FailureCause.PREEMPTED)
+        if t.retry_of is not None or self.status.phase.is_terminal:
+            return
+        cfg = self.config_of(t)
+        r = self.add_trial(f"{t.id}-retry", t.kind, cfg, t.steps, t.predicted_seconds, t.predicted_std, of=t.of)
+        r.retry_of = t.id
 
     def refused(self, t: TrialStatus, r: Refusal) -> None:
         """The driver could not start `t`. No node can hold it: the trial is Unschedulable (the
@@ -479,7 +528,7 @@ class _Lifecycle:
             self.finish(t, TrialState.STOPPED, f"job {self.status.phase.lower()}")
 
     def after_profiling(self) -> None:
-        base = next(t for t in self.status.trials if t.kind == "baseline")
+        base = [t for t in self.status.trials if t.kind == "baseline"][-1]  # the last: a preempted one's retry
         if base.state.is_active:
             return
         bs = self.status.baseline or BaselineStatus()
@@ -511,7 +560,7 @@ class _Lifecycle:
 
     def search(self) -> None:
         st, budget = self.status, self.spec.budget
-        search = [t for t in st.trials if t.kind == "search"]
+        search = [t for t in st.trials if t.kind == "search" and not t.superseded]
         failed = sum(1 for t in search if t.state.is_failure)
         if failed >= budget.max_failed_trials:
             self.teardown_all()
@@ -550,7 +599,7 @@ class _Lifecycle:
     def conclude(self, why: str) -> None:
         st = self.status
         best = self.tuner().best()
-        base_obj = next(t.objective for t in st.trials if t.kind == "baseline")
+        base_obj = [t.objective for t in st.trials if t.kind == "baseline"][-1]
         if best is None or best.objective is None or base_obj is None or best.objective >= base_obj:
             msg = f"nothing beats the baseline ({why}); keep the current configuration"
             st.best, st.speedup = None, "1.00x"

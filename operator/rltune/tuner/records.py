@@ -79,7 +79,8 @@ def flatten_summary(summary, keep_rewards: bool) -> dict[str, float]:
             out[k] = 1.0 if v else 0.0
         elif isinstance(v, (int, float)):
             out[k] = float(v) if math.isfinite(float(v)) else -1.0
-    return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in out.items()}
+    # NaN/inf (phases, rewards of a trial that reported NaN) is no JSON number: stored as -1 like the rest
+    return {k: (round(v, 6) if math.isfinite(v) else -1.0) for k, v in out.items()}
 
 
 def unflatten_summary(flat: Optional[dict[str, float]]):
@@ -145,12 +146,12 @@ def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
     """A Tuner rebuilt from the status: the baseline (judged from its stored summary) + search trials."""
     from .. import tuner as T
 
-    base = next(t for t in trials if t.kind == "baseline")
+    base = [t for t in trials if t.kind == "baseline"][-1]  # the last: a preempted baseline's retry
     summary = unflatten_summary(base.summary) if base.state == TrialState.SUCCEEDED else None
     baseline = T.baseline_record(spec, summary, id=base.id)
     if summary is None and not base.state.is_active:
         baseline.state, baseline.reason = base.state, base.reason or ""
-    history = [to_record(spec, t) for t in trials if t.kind == "search"]
+    history = [to_record(spec, t) for t in trials if t.kind == "search" and not t.superseded]
     return T.Tuner(spec, baseline, history)
 
 
