@@ -2,10 +2,10 @@
 PY ?= .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates
+.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-load
 
 help:
-	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates"
+	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-load"
 
 setup:               ## install what the bed and demo need (apt, Go builds, .venv); idempotent
 	hack/setup.sh
@@ -60,3 +60,10 @@ bench-gates:
 # the operator's API requests per second with 50 finished + 5 waiting jobs, from the bed's audit log
 bench-api-rate:
 	$(PY) -m bench.api_rate
+
+# 50 jobs at once on a 100-node B300 pool, with and without a Kueue ClusterQueue (quota 512 GPUs):
+# GPU peaks checked from a pod watch, operator RSS/CPU, API requests/s, pod end -> result latency
+# (out/bench-load.json; docs/operator.md). BENCH_LOAD_ARGS: e.g. --jobs 20 --modes plain
+BENCH_LOAD_ARGS ?=
+bench-load:
+	$(PY) -m bench.load $(BENCH_LOAD_ARGS)
