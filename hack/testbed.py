@@ -910,35 +910,7 @@ def ensure_kuberay(bins: Path) -> None:
     kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", str(bins / "kuberay" / "rbac"))
     kubectl(bins, "apply", "--server-side", "--force-conflicts", "-f", "-", stdin=kuberay_rbac())
     kubectl(bins, "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{c}" for c in KUBERAY_CRDS])
-
-    def token() -> str:
-        out = kubectl(bins, "-n", KUBERAY_NAMESPACE, "get", "secret", f"{KUBERAY}-token", "-o", "json")
-        return base64.b64decode(json.loads(out).get("data", {}).get("token", "")).decode()
-
-    wait_for("KubeRay ServiceAccount token", token, 30)
-    cfg = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "rltune-bed",
-                "cluster": {
-                    "server": APISERVER_URL,
-                    "certificate-authority-data": base64.b64encode((PKI / "ca.crt").read_bytes()).decode(),
-                },
-            }
-        ],
-        "users": [{"name": KUBERAY, "user": {"token": token()}}],
-        "contexts": [
-            {"name": KUBERAY, "context": {"cluster": "rltune-bed", "user": KUBERAY, "namespace": KUBERAY_NAMESPACE}}
-        ],
-        "current-context": KUBERAY,
-    }
-    f = STATE / f"{KUBERAY}.kubeconfig"
-    tmp = f.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cfg))
-    tmp.chmod(0o600)
-    tmp.replace(f)
+    sa_kubeconfig(bins, KUBERAY_NAMESPACE, KUBERAY, STATE / f"{KUBERAY}.kubeconfig")
     hosts = STATE / "hosts"  # the pod runner keeps it current; it must exist to be mounted
     if not hosts.exists():
         hosts.write_text("127.0.0.1\tlocalhost\n")
