@@ -47,7 +47,6 @@ from bench.api_rate import demo, testbed
 
 REPO = api_rate.REPO
 EXAMPLE = REPO / "examples" / "twin-demo.yaml"
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
 TAINT = "rltune.io/bench-pool"
 ACTIVE = ("Pending", "Running", "Scoring")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -91,39 +90,6 @@ def job_docs(ns: str, args: argparse.Namespace, pool: str, queue: str | None) ->
         )
         out.append(d)
     return out
-
-
-def queue_objects(ns: str, gpus: int) -> list[dict]:
-    """A ResourceFlavor, ClusterQueue cq-<ns> (namespace `ns` only; `gpus` nvidia.com/gpu, CPU and
-    memory plenty) and LocalQueue `lq` in `ns` (as tests/e2e/test_kueue.py)."""
-    quota = [
-        {"name": "cpu", "nominalQuota": "100000"},
-        {"name": "memory", "nominalQuota": "10000Ti"},
-        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-    ]
-    return [
-        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"rf-{ns}"}},
-        {
-            "apiVersion": KUEUE_API,
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"cq-{ns}"},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                        "flavors": [{"name": f"rf-{ns}", "resources": quota}],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": KUEUE_API,
-            "kind": "LocalQueue",
-            "metadata": {"name": "lq", "namespace": ns},
-            "spec": {"clusterQueue": f"cq-{ns}"},
-        },
-    ]
 
 
 def make_pool(core, pool: str, nodes: int, gpus_per_node: int) -> None:
@@ -357,7 +323,7 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict, core, custom, pool:
     ns = f"rltune-load-{mode}-{uuid.uuid4().hex[:5]}"
     demo.ensure_namespace(env, ns)
     pool_gpus = args.nodes * args.gpus_per_node
-    queue_docs = queue_objects(ns, args.quota) if kueue else []
+    queue_docs = testbed.queue_objects(ns, args.quota) if kueue else []
     if kueue:
         demo.kubectl(env, "apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in queue_docs))
         deadline = time.time() + 60

@@ -115,6 +115,7 @@ KUBERAY_CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
 KUEUE = "kueue"
 KUEUE_NAMESPACE = "kueue-system"
 KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_API = f"{KUEUE_GROUP}/v1beta2"
 KUEUE_WEBHOOKS = ("rltune-bed-kueue-mutating", "rltune-bed-kueue-validating")
 
 
@@ -1122,6 +1123,38 @@ def kueue_strip_finalizers(bins: Path) -> None:
             ns = ["-n", md["namespace"]] if md.get("namespace") else []
             patch = '{"metadata":{"finalizers":null}}'
             kubectl(bins, *ns, "patch", kind, md["name"], "--type=merge", "-p", patch, check=False)
+
+
+def queue_objects(ns: str, gpus: int, preemption: dict | None = None) -> list[dict]:
+    """A ResourceFlavor, ClusterQueue cq-<ns> (namespace `ns` only; `gpus` nvidia.com/gpu, CPU and
+    memory plenty: Kueue admits only what its ClusterQueue covers) and LocalQueue `lq` in `ns`, for
+    the tests and benches that queue trials on the bed."""
+    quota = [
+        {"name": "cpu", "nominalQuota": "100000"},
+        {"name": "memory", "nominalQuota": "10000Ti"},
+        {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
+    ]
+    cluster_queue: dict = {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+        "resourceGroups": [
+            {
+                "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+                "flavors": [{"name": f"rf-{ns}", "resources": quota}],
+            }
+        ],
+    }
+    if preemption:
+        cluster_queue["preemption"] = preemption
+    return [
+        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"rf-{ns}"}},
+        {"apiVersion": KUEUE_API, "kind": "ClusterQueue", "metadata": {"name": f"cq-{ns}"}, "spec": cluster_queue},
+        {
+            "apiVersion": KUEUE_API,
+            "kind": "LocalQueue",
+            "metadata": {"name": "lq", "namespace": ns},
+            "spec": {"clusterQueue": f"cq-{ns}"},
+        },
+    ]
 
 
 def kueue_switch(on: bool) -> None:

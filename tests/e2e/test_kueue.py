@@ -23,7 +23,7 @@ from bed import testbed
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
 GATE = "kueue.x-k8s.io/admission"
-KUEUE_API = "kueue.x-k8s.io/v1beta2"
+KUEUE_API = testbed.KUEUE_API
 
 pytestmark = pytest.mark.bed
 
@@ -41,51 +41,11 @@ def kubectl(bed, *args, input=None, check=True):
     return r
 
 
-def queue_objects(ns: str, gpus: int, preemption: dict | None = None) -> list[dict]:
-    """A ResourceFlavor, a ClusterQueue for `ns` only with `gpus` nvidia.com/gpu (cpu and memory
-    plenty: Kueue admits only what its ClusterQueue covers), and LocalQueue `lq` in `ns`."""
-    docs = [
-        {"apiVersion": KUEUE_API, "kind": "ResourceFlavor", "metadata": {"name": f"rf-{ns}"}},
-        {
-            "apiVersion": KUEUE_API,
-            "kind": "ClusterQueue",
-            "metadata": {"name": f"cq-{ns}"},
-            "spec": {
-                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-                "resourceGroups": [
-                    {
-                        "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                        "flavors": [
-                            {
-                                "name": f"rf-{ns}",
-                                "resources": [
-                                    {"name": "cpu", "nominalQuota": "1000"},
-                                    {"name": "memory", "nominalQuota": "10Ti"},
-                                    {"name": "nvidia.com/gpu", "nominalQuota": str(gpus)},
-                                ],
-                            }
-                        ],
-                    }
-                ],
-            },
-        },
-        {
-            "apiVersion": KUEUE_API,
-            "kind": "LocalQueue",
-            "metadata": {"name": "lq", "namespace": ns},
-            "spec": {"clusterQueue": f"cq-{ns}"},
-        },
-    ]
-    if preemption:
-        docs[1]["spec"]["preemption"] = preemption
-    return docs
-
-
 @pytest.fixture
 def queue(bed, namespace, request):
     """LocalQueue `lq` in the test's namespace over a 16-GPU ClusterQueue (indirect param: its
     `preemption`)."""
-    docs = queue_objects(namespace, 16, getattr(request, "param", None))
+    docs = testbed.queue_objects(namespace, 16, getattr(request, "param", None))
     kubectl(bed, "apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
 
     def active() -> bool:
