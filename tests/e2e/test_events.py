@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 import yaml
+from test_operator import job as get_job
+from test_operator import kubectl, wait
 
 import bed as bedlib
 import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
@@ -28,28 +29,6 @@ EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
 INTERVAL = 30  # reconcileInterval of the operator under test
 
 pytestmark = [pytest.mark.bed, pytest.mark.slow]
-
-
-def kubectl(env, *args, check=True, input=None):
-    r = subprocess.run(["kubectl", *args], env=env, capture_output=True, text=True, input=input, timeout=60)
-    if check:
-        assert r.returncode == 0, f"kubectl {' '.join(args)}: {r.stderr}"
-    return r
-
-
-def get_job(env, ns, name):
-    r = kubectl(env, "get", "rltuningjob", name, "-n", ns, "-o", "json", check=False)
-    return json.loads(r.stdout) if r.returncode == 0 else None
-
-
-def wait(cond, timeout, what, interval=0.5):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(interval)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.fixture
@@ -98,7 +77,12 @@ def operator_requests(bed, offset: int, t0: float, t1: float) -> list[dict]:
 def test_idle_job_makes_no_requests(bed, namespace, operator):
     env, log = operator
     kubectl(env, "apply", "-f", "-", input=yaml.safe_dump(job_doc(namespace, "idle", gpuType="H100")))
-    wait(lambda: ((get_job(env, namespace, "idle") or {}).get("status") or {}).get("phase") == "Failed", 60, "Failed")
+    wait(
+        lambda: ((get_job(env, namespace, "idle") or {}).get("status") or {}).get("phase") == "Failed",
+        60,
+        "Failed",
+        interval=0.5,
+    )
     time.sleep(3)  # kopf's own last patches, the watch delivering the last write
     offset = Path(bed.audit_log).stat().st_size
     t0 = time.time()
@@ -157,7 +141,7 @@ def test_delete_active_job_removes_pods_at_once(bed, namespace, operator):
     doc = job_doc(namespace, "busy", env=[{"name": "RLTUNE_TWIN_SECONDS_PER_STEP", "value": "60"}])
     kubectl(env, "apply", "-f", "-", input=yaml.safe_dump(doc))
     core = bed.core()
-    wait(lambda: watch.seen.get(("busy-baseline-0", "Running")), 60, "the baseline pod Running")
+    wait(lambda: watch.seen.get(("busy-baseline-0", "Running")), 60, "the baseline pod Running", interval=0.5)
     time.sleep(1)
     t0 = time.time()
     kubectl(env, "delete", "rltuningjob", "busy", "-n", namespace, "--wait=false")
@@ -171,4 +155,4 @@ def test_delete_active_job_removes_pods_at_once(bed, namespace, operator):
     watch.stop()
     print(f"\nkubectl delete rltuningjob (trial running) -> no trial pod left after {took:.1f} s")
     assert took < 10.0
-    wait(lambda: get_job(env, namespace, "busy") is None, 30, "the job gone")
+    wait(lambda: get_job(env, namespace, "busy") is None, 30, "the job gone", interval=0.5)
