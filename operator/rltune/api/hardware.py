@@ -12,7 +12,11 @@ Datasheet sources (NVIDIA; per-GPU figures, NVIDIA quotes HGX/NVL72 systems with
   GB300        https://www.nvidia.com/en-us/data-center/gb300-nvl72/
 The same per-GPU numbers are tabulated with their sources at https://www.glennklockwood.com/garden/processors/,
 which is also the source for H20 (NVIDIA publishes no H20 datasheet:
-https://github.com/sunkx109/GPUs-Specs/issues/2).
+https://github.com/sunkx109/GPUs-Specs/issues/2). H800 (SXM) is the H100 SXM die with NVLink cut to
+400 GB/s (both directions, 200 GB/s each way) and, on the clusters that publish RL runs on it, one
+400 Gb/s InfiniBand NIC per GPU: DeepSeek-V3 technical report, section 3.1 "Compute Clusters"
+(https://arxiv.org/abs/2412.19437: "NVLink offers a bandwidth of 160 GB/s [achieved], roughly 3.2
+times that of IB (50 GB/s)").
 
 GPU Feature Discovery (GFD, part of the NVIDIA GPU Operator) labels nodes with
 `nvidia.com/gpu.product` = the driver's (NVML) device name with spaces replaced by "-"
@@ -29,6 +33,8 @@ Where each string was seen:
          project, from public cluster manifests); NVIDIA-H200-NVL: the PCIe card
          (https://github.com/NVIDIA/mig-parted/pull/146)
   H20    NVIDIA-H20: NVML name "NVIDIA H20" (https://github.com/vllm-project/vllm/issues/19071)
+  H800   NVIDIA-H800-80GB-HBM3: NVML name "NVIDIA H800 80GB HBM3" (the SXM part; named like the H100 SXM's
+         "NVIDIA H100 80GB HBM3"); NVIDIA-H800-PCIe for the card
   B200   NVIDIA-B200: NVML name "NVIDIA B200" (https://github.com/NVIDIA/TensorRT-LLM/issues/10278)
   B300   NVIDIA-B300-SXM6-AC: NVML name "NVIDIA B300 SXM6 AC"
          (https://github.com/vllm-project/vllm/issues/30441, https://github.com/NVIDIA/cosmos-framework/pull/114)
@@ -89,6 +95,18 @@ CATALOG: dict[str, GPU] = {
         8,
         400e9 / 8,
         ("NVIDIA-H200", "NVIDIA-H200-SXM5-141GB", "NVIDIA-H200-NVL"),
+        "hopper",
+    ),
+    "H800": GPU(
+        "H800",
+        989,
+        1979,
+        80 * GB,
+        3.35e12,
+        200e9,
+        8,
+        400e9 / 8,
+        ("NVIDIA-H800-80GB-HBM3", "NVIDIA-H800-PCIe"),
         "hopper",
     ),
     "H20": GPU("H20", 148, 296, 96 * GB, 4.0e12, 450e9, 8, 400e9 / 8, ("NVIDIA-H20",), "hopper"),

@@ -357,7 +357,7 @@ class Workload(CamelModel):
 
 
 class Resources(CamelModel):
-    gpu_type: Literal["H100", "H200", "H20", "B200", "B300", "GB200", "GB300", "CPU"] = Field(
+    gpu_type: Literal["H100", "H200", "H20", "H800", "B200", "B300", "GB200", "GB300", "CPU"] = Field(
         "B300",
         description="GPU type of the node pool (trial pods select every nvidia.com/gpu.product string known for it).",
     )

@@ -80,6 +80,8 @@ HARDWARE: dict[str, dict[str, Any]] = {
     # NVL72 parts have no public RL/serving rows: B300 inherits B200's factors, GB200 B200's rollout
     # and GB300's training factors.
     "H100": dict(hbm=0.92, decode_compute=0.70, prefill_mfu=0.60, train_mfu=0.85),
+    # H800 is the H100 die (only NVLink differs, which the catalog carries): the same factors.
+    "H800": dict(hbm=0.92, decode_compute=0.70, prefill_mfu=0.60, train_mfu=0.85),
     "H200": dict(hbm=0.92, decode_compute=0.85, prefill_mfu=0.60, train_mfu=0.50),
     "H20": dict(hbm=0.60, decode_compute=0.387, prefill_mfu=0.525, train_mfu=0.85, fwd_ratio=0.60),
     "B200": dict(hbm=0.92, decode_compute=0.795, prefill_mfu=0.55, train_mfu=0.67),
