@@ -480,7 +480,14 @@ def sync_row(model: ModelArch, gpu_type: str, ranks: int, method: str) -> Callab
         from types import SimpleNamespace
 
         p = SimpleNamespace(
-            gpu_type=gpu_type, eff=eff, model=model, cfg=cfg, colocated=False, rollout_gpus=ranks, gpus_per_node=8
+            gpu_type=gpu_type,
+            eff=eff,
+            model=model,
+            cfg=cfg,
+            colocated=False,
+            rollout_gpus=ranks,
+            train_gpus=ranks,
+            gpus_per_node=8,
         )
         t, _, _ = _weight_sync(p, None)
         return {"sync s": t}

@@ -87,14 +87,18 @@ def test_knobs_verl_cannot_express_are_pinned_and_listed():
     assert any(p.startswith("spec.searchSpace.knobs.trainer.tp: verl cannot run this knob") for p in problems)
 
 
-def test_the_twin_does_not_search_a_fractional_staleness():
+def test_the_twin_searches_a_fractional_staleness_only_when_listed_and_the_reference_loop_refuses_it():
     raw = raw_spec()
     raw["workload"] = {"framework": "twin", "model": raw["workload"]["model"], "task": raw["workload"]["task"]}
     spec = RLTuningJobSpec.model_validate(raw)
     assert Space(spec).values["async.staleFraction"] == [None]
     raw["searchSpace"] = {"knobs": {"async.staleFraction": [0.1, 0.3]}}
+    twin = RLTuningJobSpec.model_validate(raw)
+    assert not [p for p in check_spec(twin) if "staleFraction" in str(p)]
+    assert set(Space(twin).values["async.staleFraction"]) == {0.1, 0.3}
+    raw["workload"]["framework"] = "reference"
     problems = [str(p) for p in check_spec(RLTuningJobSpec.model_validate(raw))]
-    assert any("spec.searchSpace.knobs.async.staleFraction: twin cannot run this knob" in p for p in problems)
+    assert any("spec.searchSpace.knobs.async.staleFraction: reference cannot run this knob" in p for p in problems)
 
 
 def test_a_baseline_verl_would_refuse_is_a_spec_problem():

@@ -9,7 +9,7 @@ The search, the validation and the lifecycle ask here, never a framework module 
 - `framework_command(spec, config)`: the full command a configuration runs (the winner's, in the status).
 
 The twin and the reference loop are rltune's own workloads: every knob is theirs except the ones
-their physics does not model (listed in NATIVE_DROPPED). Pure: no Kubernetes.
+they do not model (listed in NATIVE_DROPPED). Pure: no Kubernetes.
 """
 
 from __future__ import annotations
@@ -24,10 +24,14 @@ from .base import Adapter, FrameworkCommand, Treatment
 
 FRAMEWORKS = ("verl", "openrlhf")
 
-# knobs rltune's own workloads cannot run, and why
+# knobs rltune's own workloads cannot run, and why (the twin models verl's fractional bound as its
+# pipeline's run-ahead: rltune/twin/pipeline.py)
 NATIVE_DROPPED = {
-    "async.staleFraction": "the twin and the reference loop bound staleness by policy versions only "
-    "(async.staleness); a fractional bound is verl fully-async's",
+    "reference": {
+        "async.staleFraction": "the reference loop bounds staleness by policy versions only "
+        "(async.staleness); a fractional bound is verl fully-async's",
+    },
+    "twin": {},
 }
 
 
@@ -68,7 +72,7 @@ def coverage(spec: RLTuningJobSpec) -> Coverage:
     fw = spec.workload.framework
     ad = adapter_for(fw)
     if ad is None:
-        return Coverage(fw, "", "", tuple(Dropped(k, why) for k, why in NATIVE_DROPPED.items()))
+        return Coverage(fw, "", "", tuple(Dropped(k, why) for k, why in NATIVE_DROPPED.get(fw, {}).items()))
     cmd = user_command(spec)
     backend = ad.backend(cmd)
     rules = ad.rules(backend)

@@ -65,6 +65,15 @@ class GPU:
     nic_bw: float  # bytes/s scale-out per GPU
     gfd_products: tuple[str, ...]  # every nvidia.com/gpu.product value known for this type
     family: str  # nvidia.com/gpu.family label value
+    # The NVLink domain spans nodes (GB200/GB300 NVL72: 18 compute trays of 4 GPUs behind NVLink switch
+    # trays, https://www.nvidia.com/en-us/data-center/gb200-nvl72/). A Kubernetes node then holds only
+    # 4 GPUs, but GPUs on other trays of the rack are still one NVLink hop away (with an IMEX
+    # ComputeDomain), so the domain is a property of the hardware, not of gpusPerNode.
+    rack_scale: bool = False
+
+    def nvlink_reach(self, gpus_per_node: int) -> int:
+        """GPUs a job's collectives can reach over NVLink: the rack for NVL72 parts, else the node."""
+        return self.nvlink_domain if self.rack_scale else min(gpus_per_node, self.nvlink_domain)
 
     @property
     def gfd_product(self) -> str:
@@ -112,8 +121,8 @@ CATALOG: dict[str, GPU] = {
     "H20": GPU("H20", 148, 296, 96 * GB, 4.0e12, 450e9, 8, 400e9 / 8, ("NVIDIA-H20",), "hopper"),
     "B200": GPU("B200", 2250, 4500, 180 * GB, 7.7e12, 900e9, 8, 400e9 / 8, ("NVIDIA-B200",), "blackwell"),
     "B300": GPU("B300", 2250, 4500, 288 * GB, 8.0e12, 900e9, 8, 800e9 / 8, ("NVIDIA-B300-SXM6-AC",), "blackwell"),
-    "GB200": GPU("GB200", 2250, 4500, 186 * GB, 8.0e12, 900e9, 72, 400e9 / 8, ("NVIDIA-GB200",), "blackwell"),
-    "GB300": GPU("GB300", 2250, 4500, 288 * GB, 8.0e12, 900e9, 72, 800e9 / 8, ("NVIDIA-GB300",), "blackwell"),
+    "GB200": GPU("GB200", 2250, 4500, 186 * GB, 8.0e12, 900e9, 72, 400e9 / 8, ("NVIDIA-GB200",), "blackwell", True),
+    "GB300": GPU("GB300", 2250, 4500, 288 * GB, 8.0e12, 900e9, 72, 800e9 / 8, ("NVIDIA-GB300",), "blackwell", True),
     # The CPU "GPU" of this machine's real-mode trials: used only to size local runs (no GPU node).
     "CPU": GPU("CPU", 1.0, 1.0, 16 * GB, 20e9, 10e9, 1, 10e9, (), "cpu"),
 }

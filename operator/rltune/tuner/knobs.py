@@ -295,8 +295,9 @@ CATALOG: list[Knob] = [
         "cuts the long tail by resuming long generations under the next policy",
         features={"partial": _flag},
     ),
-    # verl fully-async's fractional bound; no physics models it yet (the twin ignores it), so only
-    # a framework adapter that can run it supplies values (rltune.adapters)
+    # verl fully-async's fractional bound: the physics models it as the pipeline's run-ahead
+    # (rltune/api/pipeline.py); searched only where the job lists values or a framework adapter
+    # that can run it supplies them (rltune.adapters)
     Knob(
         "async.staleFraction",
         "async",

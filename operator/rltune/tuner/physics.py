@@ -20,6 +20,7 @@ from statistics import NormalDist
 from ..api.hardware import GPU
 from ..api.hardware import gpu as gpu_lookup
 from ..api.models import ModelArch, TaskSpec
+from ..api.pipeline import pipeline_step
 
 # Work phases the forecaster predicts and calibrates (a subset of api.metrics.PHASES; `waiting`
 # and `rollout_idle` are derived from the overlap model).
@@ -603,6 +604,11 @@ def task_facts_cached(t: TaskSpec) -> TaskFacts:
     return _FACTS[key]
 
 
+# PPO mini-batches per RL step: the trainer takes a batch in this many pieces (verl's and OpenRLHF's
+# examples run 4-16); the pipeline's fill cost at a small run-ahead scales with 1/MINI_BATCHES
+MINI_BATCHES = 4
+
+
 def compose(phases: dict[str, float], k: dict) -> tuple[float, dict]:
     """Step time from work phases under the configuration's placement and staleness.
 
@@ -616,9 +622,20 @@ def compose(phases: dict[str, float], k: dict) -> tuple[float, dict]:
     sync = phases.get("weight_sync", 0.0)
     out = dict(phases)
     if k["placement"] == "disaggregated" and k["async.staleness"] >= 1:
-        step = max(roll, train) + sync
-        out["waiting"] = max(0.0, roll - train)
-        out["rollout_idle"] = max(0.0, train - roll)
+        # how far the rollout may run ahead: verl's fractional bound, else the staleness itself
+        frac = k.get("async.staleFraction")
+        pipe = pipeline_step(
+            roll,
+            train,
+            sync,
+            sync,
+            k["async.staleness"] if frac is None else frac,
+            MINI_BATCHES,
+            streaming=bool(k.get("async.partialRollout")),
+        )
+        step = pipe.duration
+        out["waiting"] = pipe.trainer_wait
+        out["rollout_idle"] = max(0.0, pipe.rollout_idle - sync)
     elif k["placement"] == "disaggregated":
         step = roll + train + sync
         out["waiting"] = roll

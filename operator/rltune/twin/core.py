@@ -24,6 +24,7 @@ from rltune.api.hardware import GiB
 from rltune.api.hardware import gpu as gpu_spec
 from rltune.api.metrics import StepRecord
 from rltune.api.models import ModelArch, RLConfig, TaskSpec, TrialSpec
+from rltune.api.pipeline import pipeline_step
 
 from .efficiency import Efficiency, efficiency
 from .errors import Infeasible
@@ -77,6 +78,11 @@ def make_plan(
     rc = replica_cost(model, task, gpu_type, gpus_per_node, cfg, eff)
     s = cfg.async_.staleness
     partial = cfg.async_.partial_rollout and s > 0
+    if cfg.async_.stale_fraction is not None and (colocated or s < 1):
+        raise Infeasible(
+            "async.staleFraction bounds how far a separate rollout pool runs ahead of the trainer: it needs "
+            "placement disaggregated and async.staleness >= 1 (unset it for colocated or synchronous runs)"
+        )
     reference = bool(eff.extra.get("reference_policy", getattr(task, "reference_policy", False) or False))
     sandboxes = None
     if task.kind == "agentic-coding":
@@ -126,19 +132,41 @@ def _weight_sync(p: Plan, tc: TrainCost) -> tuple[float, float, float]:
         t = eff.colocated_sync_fixed + nbytes / p.cfg.rollout.tp / (g.nvlink_bw * eff.nvlink) + quant
         return t, t, t
     nodes = max(1.0, p.rollout_gpus / p.gpus_per_node)
+    # One stream: a trainer rank broadcasts gathered buckets to every rollout rank (pipelined over a
+    # tree of NICs, so more rollout nodes add bandwidth only weakly: fitted, docs/calibration.md).
     bw_ce = eff.ckpt_engine_eff * g.nic_bw * nodes**0.25
+    # Model-parallel trainers own disjoint shards (each pipeline stage its layers, each expert rank
+    # its experts), and each owner broadcasts its own shard at the same time over its own NIC:
+    # the streams run in parallel, bounded by the trainer's NICs. FSDP gathers every tensor onto one
+    # sender: one stream whatever the number of ranks.
+    streams = _sync_streams(p)
+    # Each rollout GPU must still receive its own TP shard through its own NIC.
+    recv = nbytes / p.cfg.rollout.tp / (g.nic_bw * eff.nic)
     n_tensors = p.model.layers * 9 + 3
     method = p.cfg.weight_sync
     if method == "checkpoint-engine":
-        t = nbytes / bw_ce + 0.3 + quant
+        t = max(nbytes / (bw_ce * streams), recv) + 0.3 + quant
         return t, 0.3 * t, 0.3 * t
     if method == "nccl":
-        t = nbytes / (bw_ce * eff.nccl_sync_ratio) + n_tensors * 1e-3 + 1.0 + quant
+        t = max(nbytes / (bw_ce * eff.nccl_sync_ratio * streams), recv) + n_tensors / streams * 1e-3 + 1.0 + quant
         return t, t, t
     # disk: trainer writes a checkpoint, every rollout node reads it.
     t_w = nbytes / eff.disk_bw + 2.0
     t_r = nbytes / eff.disk_bw + 2.0 + quant
     return t_w + t_r, t_w, t_r
+
+
+def _sync_streams(p: Plan) -> float:
+    """Parallel weight-sync streams: distinct trainer shards whose owners send at once (>= 1)."""
+    if p.eff.extra.get("fsdp"):
+        return 1.0
+    tr = p.cfg.trainer
+    total, _ = p.model.params()
+    expert = p.model.moe_layers() * p.model.experts * 3 * p.model.hidden * p.model.expert_ffn if p.model.is_moe else 0.0
+    ep = tr.ep if p.model.is_moe else 1
+    # each owner (a pipeline stage's expert rank) sends its stage's dense bytes and its own experts
+    per_owner = (total - expert) / tr.pp + expert / (tr.pp * ep)
+    return max(1.0, min(float(p.train_gpus), total / per_owner))
 
 
 def _switch(p: Plan, tc: TrainCost) -> float:
@@ -268,9 +296,11 @@ def simulate_one_step(p: Plan, rng: Optional[np.random.Generator], warmup: bool 
         phases["rollout_idle"] = T + sync
         lag = 0.0
     else:
-        dur = max(gen + st_r, T + st_t)
-        phases["waiting"] = max(0.0, dur - T - st_t)
-        phases["rollout_idle"] = max(0.0, dur - gen - st_r)
+        frac = p.cfg.async_.stale_fraction
+        pipe = pipeline_step(gen, T, st_t, st_r, s if frac is None else frac, eff.mini_batches, streaming=p.partial)
+        dur = pipe.duration
+        phases["waiting"] = pipe.trainer_wait
+        phases["rollout_idle"] = pipe.rollout_idle
         lag = float(min(s, (s if gen < T else 1) + (1 if p.partial else 0)))
     trained = float(np.sum(seqs))
     phases = {k: float(v) for k, v in phases.items()}

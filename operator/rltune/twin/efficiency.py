@@ -31,6 +31,9 @@ class Efficiency:
     nic: float = 0.60  # achieved fraction of scale-out bandwidth (DeepEP over RDMA ~45-58 of 100 GB/s)
     allreduce_latency: float = 20e-6  # s per small all-reduce inside a node (vLLM custom all-reduce + sync)
     a2a_latency: float = 15e-6  # s per expert-parallel all-to-all
+    # s per network hop of a small cross-node collective (NIC + switch + NCCL proxy); NCCL's tree
+    # all-reduce takes ~2 log2(nodes) hops (docs/twin.md 'Rollout across nodes')
+    net_latency: float = 8e-6
     # --- training (Megatron/FSDP) ------------------------------------------------------------
     train_mfu: float = 0.45  # MFU of big bf16 training GEMMs at ideal shapes
     fwd_ratio: float = 0.60  # efficiency of forward-only log-prob passes relative to training
@@ -161,6 +164,7 @@ _RANGES: dict[str, tuple[float, Optional[float], bool]] = {
         ),
         _FRACTION,
     ),
+    **dict.fromkeys(("net_latency",), _POSITIVE),
     **dict.fromkeys(("straggler_prob", "fsdp_overlap", "tp_overlap"), _PROBABILITY),
     "activation_reserve": (0.0, 0.5, True),
     **dict.fromkeys(

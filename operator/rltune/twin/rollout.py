@@ -121,20 +121,34 @@ def replica_cost(
     f_pre = peak * eff.prefill_mfu
     # Collectives per iteration: one all-reduce after attention and one after the MLP per layer
     # (MoE layers with expert parallel: dispatch + combine all-to-all instead of the MLP all-reduce).
-    multi_node = tp > min(gpus_per_node, g.nvlink_domain)
-    link = (g.nic_bw * eff.nic) if multi_node else (g.nvlink_bw * eff.nvlink)
-    lat = eff.allreduce_latency * (5.0 if multi_node else 1.0)
+    # A replica spanning nodes (TP beyond the NVLink reach) all-reduces hierarchically, as NCCL does:
+    # within each NVLink domain over NVLink, across the `nodes` domains over the NICs, every GPU's NIC
+    # carrying 1/`inner` of the data; a small all-reduce adds ~2 log2(nodes) network hops of latency.
+    inner = min(tp, g.nvlink_reach(gpus_per_node))
+    nodes = math.ceil(tp / inner)
+    multi_node = nodes > 1
+    nvl = g.nvlink_bw * eff.nvlink
+    nic = g.nic_bw * eff.nic
     fixed_comm = 0.0
     comm_per_tok = 0.0
     if tp > 1:
-        ar_bytes_tok = model.hidden * 2 * 2 * (tp - 1) / tp
+        tok = model.hidden * 2.0  # bf16 activations of one token
+        ar_tok = tok * 2 * (inner - 1) / inner / nvl + (
+            tok * 2 * (nodes - 1) / nodes / inner / nic if multi_node else 0.0
+        )
+        lat = eff.allreduce_latency * (1 + 0.25 * math.log2(inner))
+        if multi_node:
+            lat += 2 * math.ceil(math.log2(nodes)) * eff.net_latency
         n_ar = model.layers * 2
         if model.is_moe and ro.expert_parallel:
             n_ar = model.layers + model.dense_layers
-            fixed_comm += model.moe_layers() * 2 * eff.a2a_latency * (3.0 if multi_node else 1.0)
-            comm_per_tok += model.moe_layers() * 2 * model.hidden * 2 * model.active_experts * (tp - 1) / tp / link
-        fixed_comm += n_ar * lat * (1 + 0.25 * math.log2(tp))
-        comm_per_tok += n_ar * ar_bytes_tok / link
+            # dispatch + combine all-to-all: each GPU sends its 1/tp of the batch's tokens to their
+            # experts' ranks; the share bound for other nodes crosses the NICs, the rest NVLink
+            per_copy = ((tp - inner) / tp) / nic + ((inner - 1) / tp) / nvl
+            fixed_comm += model.moe_layers() * 2 * (eff.a2a_latency + (eff.net_latency if multi_node else 0.0))
+            comm_per_tok += model.moe_layers() * 2 * tok * model.active_experts / tp * per_copy
+        fixed_comm += n_ar * lat
+        comm_per_tok += n_ar * ar_tok
     eager = model.layers * eff.kernels_per_layer * eff.launch_overhead
     # KV pool: gpu_memory_utilization x HBM - weights/TP - activation and CUDA-graph peak.
     reserve = eff.activation_reserve * g.hbm_bytes + (1.0 * GiB if ro.cuda_graphs else 0.0)

@@ -110,7 +110,7 @@ def train_cost(
         f_moe = x / (x + eff.moe_gemm_tokens) * model.expert_ffn / (model.expert_ffn + eff.moe_width_half)
     slow = (1.0 - expert_frac) + expert_frac / f_moe
 
-    intra = min(gpus_per_node, g.nvlink_domain)
+    intra = g.nvlink_reach(gpus_per_node)
     nvl = g.nvlink_bw * eff.nvlink
     nic = g.nic_bw * eff.nic
     tok_per_group = T / (dp * cp)
@@ -211,7 +211,15 @@ def train_cost(
             f"logits {logits / GiB:.0f} GiB; raise tp/pp/cp, lower microBatchTokens, recompute or offload)",
             oom=True,
         )
-    resident = 0.0 if tr.offload else p_gpu * 2.0
+    # bf16 weights that stay on the GPU while colocated rollouts run: Megatron keeps its model-parallel
+    # shard whole; FSDP keeps only its data-parallel shard (full tensors exist only inside a layer's
+    # forward/backward)
+    if tr.offload:
+        resident = 0.0
+    elif eff.extra.get("fsdp"):
+        resident = (p_dense / (tp * pp)) * 2.0 / d_dense + (p_exp / (ep * etp * pp)) * 2.0 / d_exp
+    else:
+        resident = p_gpu * 2.0
     achieved = T * 6.0 * active / (g_t * peak * t_train) if t_train > 0 else 0.0
     return TrainCost(
         old_logprob=t_old,
