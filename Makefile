@@ -2,10 +2,10 @@
 PY ?= .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-load
+.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-published bench-load
 
 help:
-	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-load"
+	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-published bench-load"
 
 setup:               ## install what the bed and demo need (apt, Go builds, .venv); idempotent
 	hack/setup.sh
@@ -56,6 +56,13 @@ bench-forecast:
 # (~1 min; out/bench-gates.json; docs/tuner.md)
 bench-gates:
 	$(PY) -m bench.gates
+
+# the twin on published RL step times (bench/published_steps.yaml): shipped factors, in-sample / held-out
+# fit and leave-one-source-out folds (~5-10 min; out/bench-published.{md,json}; issue 14).
+# BENCH_PUBLISHED_ARGS: e.g. --no-fit (shipped factors only, seconds)
+BENCH_PUBLISHED_ARGS ?= --folds
+bench-published:
+	$(PY) -m bench.published $(BENCH_PUBLISHED_ARGS)
 
 # the operator's API requests per second with 50 finished + 5 waiting jobs, from the bed's audit log
 bench-api-rate:

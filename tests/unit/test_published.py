@@ -1,0 +1,149 @@
+"""bench/published.py: the published-step dataset through the twin (issue 14), shipped-factor path only."""
+
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench import calibrate as cal  # noqa: E402
+from bench import published as pub  # noqa: E402
+
+from rltune.api.models import RLConfig, TaskSpec  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def data():
+    return pub.load()
+
+
+@pytest.fixture(scope="module")
+def built(data):
+    return pub.build(data)
+
+
+@pytest.fixture(scope="module")
+def nofit():
+    return pub.run_all(do_fit=False, folds=False, log=lambda m: None)
+
+
+def test_every_headline_row_builds_valid_twin_inputs(data, built):
+    yaml_rows = {r["id"]: r for r in data["rows"]}
+    assert len(built) == len(yaml_rows) == 45
+    heads = [b for b in built if b.headline]
+    # issue 14: at least 30 published step times from at least 4 independent sources
+    assert len(heads) >= 30
+    assert len({b.source for b in heads}) >= 4
+    for b in heads:
+        r = yaml_rows[b.id]
+        assert r["metric_kind"] in pub.HEADLINE_KINDS and not r.get("twin_unsupported")
+        i = b.inputs
+        cfg = RLConfig.model_validate(i["cfg"])
+        assert isinstance(i["task"], TaskSpec)
+        assert cfg.gpus == r["gpus"], b.id
+        if r["mode"] == "colocated_sync":
+            assert cfg.placement == "colocated" and cfg.async_.staleness == 0, b.id
+        else:
+            assert cfg.placement == "disaggregated", b.id
+            want = {"disaggregated_sync": 0, "one_step_off": 1}.get(r["mode"])
+            if want is not None:
+                assert cfg.async_.staleness == want and not cfg.async_.partial_rollout, b.id
+            else:
+                assert cfg.async_.staleness >= 1 and cfg.async_.partial_rollout, b.id
+        if r["mode"] == "fully_async" and "staleness_threshold" in (r.get("async") or {}):
+            thr = r["async"]["staleness_threshold"]
+            assert cfg.async_.stale_fraction == thr and cfg.async_.staleness == max(1, math.ceil(thr)), b.id
+        if (r.get("async") or {}).get("use_rollout_log_probs"):
+            assert i["scenario"].get("rollout_logprobs") is True, b.id
+        if r.get("train_backend", "").startswith("FSDP") and b.id not in pub.CALIBRATE_TWINS:
+            assert i["scenario"].get("fsdp") is True, b.id
+        assert b.assumptions, b.id
+        assert b.row.published["step_s"] == r["metrics"]["step_s"]
+
+
+def test_split_is_by_source_and_disjoint(data, built):
+    sp = data["split"]
+    fit, held = set(sp["fit"]), set(sp["held_out"])
+    assert fit and held and not fit & held
+    assert fit | held == set(data["sources"]) == set(sp["leave_one_source_out"])
+    for b in built:
+        assert b.split == ("fit" if b.source in fit else "held_out")
+    assert sum(b.split == "held_out" for b in built) == sp["row_counts"]["held_out"]
+
+
+def test_calibrate_twins_are_real_calibrate_rows():
+    names = {r.name for r in cal.ALL_ROWS}
+    assert pub.CALIBRATE_NAMES_IN_DATASET <= names
+    # every calibrate RL / weight-sync row is one of the dataset's rows: none may leak into a fold
+    assert {r.name for r in cal.RL_ROWS + cal.SYNC_ROWS} == pub.CALIBRATE_NAMES_IN_DATASET
+
+
+def test_fold_never_fits_on_the_left_out_source(data, built):
+    by_name = {b.id: b for b in built}
+    for s in data["split"]["leave_one_source_out"]:
+        rows = pub.fold_fit_rows(built, {s})
+        assert rows
+        for r in rows:
+            assert r.name not in pub.CALIBRATE_NAMES_IN_DATASET
+            if r.name in by_name:
+                assert by_name[r.name].source != s
+                assert not by_name[r.name].unsupported
+        # the left-out source's runnable rows are all outside the fold's fit
+        assert not {b.row.name for b in built if b.source == s and b.row} & {r.name for r in rows}
+    shipped_fit = pub.fold_fit_rows(built, set(data["split"]["held_out"]))
+    assert all(by_name[r.name].split == "fit" for r in shipped_fit if r.name in by_name)
+
+
+def test_headline_excludes_twin_unsupported_rows(built):
+    heads = [b for b in built if b.headline]
+    perfect = {b.id: {"step_s": b.metrics["step_s"]} for b in heads}
+    fake = pub.Built(
+        id="fake-unsupported",
+        source="areal",
+        split="held_out",
+        hardware="H100",
+        gpus=8,
+        mode="colocated_sync",
+        kind="step",
+        precision="exact",
+        doubtful=False,
+        unsupported=["speculative decoding"],
+        metrics={"step_s": 100.0},
+        assumptions=[],
+        row=cal.Row("areal", "fake-unsupported", "H100", {"step_s": 100.0}, lambda s: {"step_s": 900.0}, ""),
+    )
+    assert not fake.headline
+    preds = {**perfect, fake.id: {"step_s": 900.0}}
+    s = pub.summarize(built + [fake], preds, pub.headline)
+    assert s["rows"] == len(heads) and s["median"] == 0.0 and s["max"] == 0.0
+    for b in built:
+        if b.unsupported:
+            assert not b.headline
+
+
+def test_error_sign_convention():
+    assert pub.err_pct(100.0, 110.0) == pytest.approx(10.0)  # twin slower than published: positive
+    assert pub.err_pct(200.0, 150.0) == pytest.approx(-25.0)
+
+
+def test_calibrate_rows_predict_the_same(built):
+    """Rows shared with bench/calibrate.py run the same twin inputs, so the two reports agree."""
+    cal_rows = {r.name: r for r in cal.RL_ROWS}
+    for rid in ("verl-fa-7b-colocate-64", "verl-osp-7b-megatron-colocate-16"):
+        b = next(x for x in built if x.id == rid)
+        ours = pub.predict(b, {})["step_s"]
+        theirs = cal_rows[pub.CALIBRATE_TWINS[rid]].run({})["step"]
+        assert ours == pytest.approx(theirs, rel=1e-9)
+
+
+def test_no_fit_report(nofit):
+    md, stats = pub.report(nofit)
+    assert "| set | rows |" in md and "shipped factors, held-out sources" in md
+    head = stats["sets"]["shipped factors, all sources"]
+    assert head["rows"] + head["refused"] >= 30
+    assert stats["cpu_ms"]["n"] > 0 and stats["cpu_ms"]["median"] > 0
+    assert any(r["id"] == "rocm-h100-qwen2-7b-grpo" and r["twin_shipped"] > 0 for r in stats["rows"])
+    assert all(r["not_run"] for r in stats["rows"] if r["id"].startswith("skyrl"))
+    assert stats["rules"] and stats["rules"][0].startswith("R-a")
