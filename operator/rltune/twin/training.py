@@ -59,6 +59,23 @@ def _check_layout(model: ModelArch, g_t: int, cfg: RLConfig) -> tuple[int, int]:
     return ep, etp, g_t // mp
 
 
+def dp_imbalance(seqs: np.ndarray, lin: float, attn: float, dp: int, chunks: int) -> float:
+    """Slowdown of data-parallel training from uneven sequences: each of `chunks` optimizer steps waits
+    for its slowest data-parallel rank, which holds at least its share of the chunk's work and at
+    least the chunk's longest sequence (a sequence is not split across ranks; the frameworks balance
+    the rest: verl's balance_batch, Megatron's dynamic batching). Work of a sequence of s tokens:
+    s (lin + attn s) FLOPs (linear layers + causal attention). 1.0 when one rank does everything."""
+    if dp <= 1:
+        return 1.0
+    w = seqs * (lin + attn * seqs)
+    n = len(w) // chunks * chunks
+    if n == 0:
+        return 1.0
+    parts = w[:n].reshape(chunks, -1)
+    slowest = np.maximum(parts.sum(axis=1) / dp, parts.max(axis=1)).sum()
+    return float(slowest / (parts.sum() / dp))
+
+
 def train_cost(
     model: ModelArch,
     seq_lens: np.ndarray,
@@ -151,7 +168,8 @@ def train_cost(
     # Update: mini_batches optimizer steps, each a pipeline flush.
     nmb = max(1, eff.mini_batches)
     m_per_flush = tok_per_group / nmb / mb_eff
-    compute = T * train_tok * slow / (g_t * peak * mfu)
+    imb_train = dp_imbalance(seqs, 2.0 * active, 2.0 * L * dq, dp, nmb)
+    compute = T * train_tok * slow / (g_t * peak * mfu) * imb_train
     train_passes = 3.0 + (1.0 if tr.recompute == "full" else 0.0)
     t_train = (compute + comm(train_passes)) * bubble(m_per_flush, nmb, False)
     # Data-parallel gradient reduce-scatter + param all-gather per optimizer step.
@@ -173,7 +191,8 @@ def train_cost(
 
     # Forward-only log-prob passes (bigger micro-batches: verl uses 3x the train token budget).
     fwd_mfu = mfu * eff.fwd_ratio * ((3 * mb_eff) / (3 * mb_eff + eff.mb_half_tokens)) / f_mb
-    t_fwd = T * fwd_tok * slow / (g_t * peak * fwd_mfu) + comm(1.0)
+    t_fwd = T * fwd_tok * slow / (g_t * peak * fwd_mfu) * dp_imbalance(seqs, 2.0 * active, 2.0 * L * dq, dp, 1)
+    t_fwd += comm(1.0)
     t_fwd *= bubble(tok_per_group / (3 * mb_eff), 1, True)
     if tr.offload:
         t_fwd += p_gpu * 2.0 / eff.pcie_bw
