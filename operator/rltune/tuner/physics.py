@@ -452,7 +452,8 @@ def weight_sync(mf: ModelFacts, g: GPU, k: dict, gpus_t: int, gpus_r: int) -> fl
     """Seconds to publish new weights to the rollout engines (docs/references.md 'Published RL step
     measurements': verl's checkpoint engine moved Qwen3-30B-A3B (61 GB) 16->16 ranks in 4.38 s and
     Qwen3-235B (470 GB) 64->64 in 23.7 s, i.e. ~14-20 GB/s; NCCL broadcast from the trainer ranks is
-    slower; colocated engines reshard locally over NVLink but pay a sleep/wake switch)."""
+    slower; colocated engines reshard locally over NVLink but pay a sleep/wake switch). Separate pools:
+    sharded, parallel streams from a model-parallel trainer (docs/twin.md 'Step composition')."""
     byts = mf.total * 2.0
     tp = k["rollout.tp"]
     method = k["weightSync"]
@@ -461,9 +462,14 @@ def weight_sync(mf: ModelFacts, g: GPU, k: dict, gpus_t: int, gpus_r: int) -> fl
     if k["placement"] == "colocated":
         t = byts / tp / (g.nvlink_bw * 0.3)
         return 3.0 + t * (0.8 if method == "checkpoint-engine" else 1.0)
-    if method == "checkpoint-engine":
-        return 1.0 + byts / 17e9
-    return 1.0 + byts / 10e9
+    # model-parallel trainers: each shard owner (pipeline stage x expert rank) sends its own shard at
+    # once, in parallel streams; each rollout GPU still receives its TP shard through its own NIC
+    pp, ep = k.get("trainer.pp", 1) or 1, (k.get("trainer.ep", 1) or 1) if mf.experts else 1
+    per_owner = mf.nonexpert / pp + (mf.total - mf.nonexpert) / (pp * ep)
+    streams = max(1.0, min(float(gpus_t), mf.total / per_owner))
+    recv = byts / tp / (g.nic_bw * 0.5)
+    rate = 17e9 if method == "checkpoint-engine" else 10e9
+    return 1.0 + max(byts / (rate * streams), recv)
 
 
 # ------------------------------------------------------------------------------------ composition
