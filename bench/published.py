@@ -971,12 +971,34 @@ def _jsonable(x):
     return x
 
 
+DOC = ROOT / "docs" / "calibration.md"
+BEGIN = "<!-- bench.published: begin (generated, do not edit) -->"
+END = "<!-- bench.published: end -->"
+
+
+def embed(md: str, path: Path = DOC) -> None:
+    """Put the report into docs/calibration.md between the markers (before '## Summary' the first
+    time); bench/calibrate.py keeps the block when it rewrites the rest of the page."""
+    text = path.read_text() if path.exists() else "# Twin calibration\n\n## Summary\n"
+    block = f"{BEGIN}\n{md.strip()}\n{END}"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + block + rest.split(END, 1)[1]
+    elif "## Summary" in text:
+        head, rest = text.split("## Summary", 1)
+        text = head + block + "\n\n## Summary" + rest
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-fit", action="store_true", help="shipped factors only (fast)")
     ap.add_argument("--folds", action="store_true", help="also run the leave-one-source-out folds")
     ap.add_argument("--fold-rounds", type=int, default=2, help="coordinate-search rounds per fold fit")
     ap.add_argument("--out", default=str(ROOT / "out"))
+    ap.add_argument("--write-doc", action="store_true", help=f"embed the report in {DOC.relative_to(ROOT)}")
     a = ap.parse_args(argv)
     res = run_all(
         do_fit=not a.no_fit,
@@ -997,6 +1019,9 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
     print(f"wrote {out / 'bench-published.md'} and {out / 'bench-published.json'}", file=sys.stderr)
+    if a.write_doc:
+        embed(md)
+        print(f"embedded the report in {DOC}", file=sys.stderr)
     return 0
 
 

@@ -147,3 +147,18 @@ def test_no_fit_report(nofit):
     assert any(r["id"] == "rocm-h100-qwen2-7b-grpo" and r["twin_shipped"] > 0 for r in stats["rows"])
     assert all(r["not_run"] for r in stats["rows"] if r["id"].startswith("skyrl"))
     assert stats["rules"] and stats["rules"][0].startswith("R-a")
+
+
+def test_the_report_is_embedded_once_and_survives_a_calibrate_rewrite(tmp_path):
+    doc = tmp_path / "calibration.md"
+    doc.write_text("# Twin calibration\n\nintro\n\n## Summary\n\nold\n")
+    pub.embed("### report one", doc)
+    pub.embed("### report two", doc)
+    text = doc.read_text()
+    assert text.count(pub.BEGIN) == 1 and "report two" in text and "report one" not in text
+    assert text.index(pub.BEGIN) < text.index("## Summary")
+    # bench/calibrate.py rewrites the page around the block and keeps it
+    tab, stats = cal.table(cal.evaluate(cal.SYNC_ROWS, {}))
+    cal.write_doc(tab, stats, doc)
+    text = doc.read_text()
+    assert text.count(pub.BEGIN) == 1 and "report two" in text and "intro" not in text
