@@ -463,14 +463,17 @@ TRAIN_ROWS = [
 # ------------------------------------------------------------------------------------------ weight sync rows
 
 
-def sync_row(model: ModelArch, gpu_type: str, ranks: int, method: str) -> Callable[[dict], dict]:
+def sync_row(
+    model: ModelArch, gpu_type: str, ranks: int, method: str, fp8: bool = False, metric: str = "sync s"
+) -> Callable[[dict], dict]:
+    """One weight sync between two pools of `ranks` GPUs (rollout TP 8), through the twin's own code."""
     cfg = RLConfig.model_validate(
         dict(
             gpus=2 * ranks,
             placement="disaggregated",
             trainerGpus=ranks,
             weightSync=method,
-            rollout=dict(tp=8, gpuMemoryUtilization=0.9),
+            rollout=dict(tp=8, gpuMemoryUtilization=0.9, fp8=fp8),
             trainer=dict(tp=8),
         )
     )
@@ -490,7 +493,7 @@ def sync_row(model: ModelArch, gpu_type: str, ranks: int, method: str) -> Callab
             gpus_per_node=8,
         )
         t, _, _ = _weight_sync(p, None)
-        return {"sync s": t}
+        return {metric: t}
 
     return run
 

@@ -63,7 +63,6 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable, Optional
 
 import yaml
@@ -77,7 +76,7 @@ from bench import calibrate as cal  # noqa: E402
 from rltune.api.models import ModelArch, RLConfig, TaskSpec  # noqa: E402
 from rltune.twin import Infeasible, simulate_step_breakdown  # noqa: E402
 from rltune.twin import efficiency as effmod  # noqa: E402
-from rltune.twin.core import _cached_step, _seq_lens, _weight_sync  # noqa: E402
+from rltune.twin.core import _cached_step, _seq_lens  # noqa: E402
 from rltune.twin.workload import sample_episodes  # noqa: E402
 
 YAML_PATH = ROOT / "bench" / "published_steps.yaml"
@@ -496,35 +495,7 @@ def _step_run(inp: dict, metrics: dict, phase_map: dict, refused: dict, kind: st
 
 
 def _sync_run(model: ModelArch, gpu: str, ranks: int, method: str, fp8: bool) -> Callable[[dict], dict]:
-    cfg = RLConfig.model_validate(
-        dict(
-            gpus=2 * ranks,
-            placement="disaggregated",
-            trainerGpus=ranks,
-            weightSync=method,
-            rollout=dict(tp=8, gpuMemoryUtilization=0.9, fp8=fp8),
-            trainer=dict(tp=8),
-        )
-    )
-
-    def run(hw_scn: dict) -> dict:
-        eff = effmod.efficiency(gpu, hw_scn)
-        # the plan calibrate.sync_row builds (+ the trainer pool size, which newer twins read)
-        p = SimpleNamespace(
-            gpu_type=gpu,
-            eff=eff,
-            model=model,
-            cfg=cfg,
-            colocated=False,
-            rollout_gpus=ranks,
-            train_gpus=ranks,
-            gpus=2 * ranks,
-            gpus_per_node=8,
-        )
-        t, _, _ = _weight_sync(p, None)
-        return {"weight_sync_s": t}
-
-    return run
+    return cal.sync_row(model, gpu, ranks, method, fp8=fp8, metric="weight_sync_s")
 
 
 def build(data: Optional[dict] = None) -> list[Built]:
