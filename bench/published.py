@@ -188,10 +188,25 @@ def _verl_async(r: dict) -> dict:
     return dict(staleness=max(1, math.ceil(thr)), partialRollout=True, staleFraction=thr)
 
 
+def _verl_cfg(r: dict, rollout: dict, trainer: dict) -> dict:
+    """A verl row's configuration: fully-async rows run separate pools (NCCL sync, the row's staleness
+    threshold), every other row the colocated hybrid engine."""
+    if r["mode"] != "fully_async":
+        return dict(gpus=r["gpus"], rollout=rollout, trainer=trainer)
+    return dict(
+        gpus=r["gpus"],
+        placement="disaggregated",
+        trainerGpus=r["placement"]["trainer_gpus"],
+        weightSync="nccl",
+        rollout=rollout,
+        trainer=trainer,
+        **{"async": _verl_async(r)},
+    )
+
+
 def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, list[str]]:
     """(model, task, gpu_type, gpus_per_node, RLConfig dict, scenario, assumptions) of a step/throughput row."""
     rid, src = r["id"], r["source"]
-    pl = r.get("placement") or {}
     b = r.get("batch") or {}
     gpus = r["gpus"]
     hw = r["hardware"]
@@ -213,18 +228,9 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
                 task = task.model_copy(update={"prompts_per_step": n})
                 scn["mini_batches"] = max(1, n // 32)
                 A.append(f"{n} prompts per step (require_batches x 32 x 4, YAML assumption), {n // 32} mini-batches")
+            cfg = _verl_cfg(r, **fsdp7)
             if async_row:
-                cfg = dict(
-                    gpus=gpus,
-                    placement="disaggregated",
-                    trainerGpus=pl["trainer_gpus"],
-                    weightSync="nccl",
-                    **{"async": _verl_async(r)},
-                    **fsdp7,
-                )
                 scn["rollout_logprobs"] = True
-            else:
-                cfg = dict(gpus=gpus, **fsdp7)
             return model, task, hw, gpn, cfg, scn, A
         if rid.startswith("verl-fa-7b-10k"):
             task = TaskSpec(
@@ -238,18 +244,7 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             A.append("sibling conventions: FSDP2 knobs of the 28k rows, mean response 1,000 CV 2 (calibrate's 20k row)")
             A.append("old_log_prob 0.0 published -> rollout log-probs reused (no old-log-prob pass)")
             scn = {**cal.VERL_FSDP_SCN, "rollout_logprobs": True}
-            if async_row:
-                cfg = dict(
-                    gpus=gpus,
-                    placement="disaggregated",
-                    trainerGpus=pl["trainer_gpus"],
-                    weightSync="nccl",
-                    **{"async": _verl_async(r)},
-                    **fsdp7,
-                )
-            else:
-                cfg = dict(gpus=gpus, **fsdp7)
-            return model, task, hw, gpn, cfg, scn, A
+            return model, task, hw, gpn, _verl_cfg(r, **fsdp7), scn, A
         if rid.startswith("verl-fa-7b-retool"):
             task = TaskSpec(
                 kind="agentic-coding",
@@ -266,19 +261,9 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             rollout = dict(cal.VERL_FSDP_7B["rollout"])
             trainer = dict(cal.VERL_FSDP_7B["trainer"])
             scn = {**cal.VERL_FSDP_SCN, "mini_batches": 4}
+            cfg = _verl_cfg(r, rollout, trainer)
             if async_row:
-                cfg = dict(
-                    gpus=gpus,
-                    placement="disaggregated",
-                    trainerGpus=pl["trainer_gpus"],
-                    weightSync="nccl",
-                    rollout=rollout,
-                    trainer=trainer,
-                    **{"async": _verl_async(r)},
-                )
                 scn["rollout_logprobs"] = True
-            else:
-                cfg = dict(gpus=gpus, rollout=rollout, trainer=trainer)
             return model, task, hw, gpn, cfg, scn, A
         if rid == "verl-osp-7b-megatron-colocate-16":
             cfg = dict(
@@ -316,20 +301,9 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             trainer = dict(tp=1, ep=8, microBatchTokens=16384, recompute="full")
             scn = {**cal.VERL_SCN, "reference_policy": True}
             if async_row:
-                cfg = dict(
-                    gpus=gpus,
-                    placement="disaggregated",
-                    trainerGpus=pl["trainer_gpus"],
-                    weightSync="nccl",
-                    rollout=rollout,
-                    trainer=trainer,
-                    **{"async": _verl_async(r)},
-                )
                 scn["rollout_logprobs"] = True
                 A.append("sibling conventions: calibrate's 30B colocated row (512x16, mean 2,048, ep8, rollout tp4 EP)")
-            else:
-                cfg = dict(gpus=gpus, rollout=rollout, trainer=trainer)
-            return model, cal.GRPO30_8K, hw, gpn, cfg, scn, A
+            return model, cal.GRPO30_8K, hw, gpn, _verl_cfg(r, rollout, trainer), scn, A
         if rid == "verl-dsv3-671b-colocate-96":
             task = TaskSpec(
                 promptsPerStep=96,
