@@ -249,6 +249,10 @@ class ModelArch(CamelModel):
     def moe_layers(self) -> int:
         return self.layers - self.dense_layers if self.is_moe else 0
 
+    def routed_params(self) -> float:
+        """Parameters of the routed experts (sharded by expert parallelism; 0 for a dense model)."""
+        return float(self.moe_layers() * self.experts * 3 * self.hidden * self.expert_ffn)
+
     def params(self) -> tuple[float, float]:
         """(total, active) parameter counts."""
         dense_ffn = 3 * self.hidden * self.ffn

@@ -123,7 +123,7 @@ class ModelFacts:
 def facts(m: ModelArch) -> ModelFacts:
     total, active = m.params()
     expert_one = 3.0 * m.hidden * m.expert_ffn
-    routed = m.moe_layers() * m.experts * expert_one
+    routed = m.routed_params()
     return ModelFacts(
         total,
         active,

@@ -162,7 +162,7 @@ def _sync_streams(p: Plan) -> float:
         return 1.0
     tr = p.cfg.trainer
     total, _ = p.model.params()
-    expert = p.model.moe_layers() * p.model.experts * 3 * p.model.hidden * p.model.expert_ffn if p.model.is_moe else 0.0
+    expert = p.model.routed_params()
     ep = tr.ep if p.model.is_moe else 1
     # each owner (a pipeline stage's expert rank) sends its stage's dense bytes and its own experts
     per_owner = (total - expert) / tr.pp + expert / (tr.pp * ep)

@@ -103,8 +103,7 @@ def replica_cost(
     expert_params_layer = 3 * model.hidden * model.expert_ffn
     if model.is_moe:
         moe_l = model.moe_layers()
-        routed_total = moe_l * model.experts * expert_params_layer
-        dense_bytes = (total - routed_total) * wbytes / tp
+        dense_bytes = (total - model.routed_params()) * wbytes / tp
         # Thin expert slices (expert FFN / TP) stream less efficiently than whole experts.
         slice_w = model.expert_ffn / (1 if ro.expert_parallel else tp)
         slice_eff = 1.0 / (1.0 + 32.0 / max(slice_w, 1.0))

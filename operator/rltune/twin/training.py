@@ -173,7 +173,7 @@ def train_cost(
     train_passes = 3.0 + (1.0 if tr.recompute == "full" else 0.0)
     t_train = (compute + comm(train_passes)) * bubble(m_per_flush, nmb, False)
     # Data-parallel gradient reduce-scatter + param all-gather per optimizer step.
-    p_dense = total - (model.moe_layers() * model.experts * 3 * h * model.expert_ffn if model.is_moe else 0.0)
+    p_dense = total - model.routed_params()
     p_exp = total - p_dense
     p_gpu = p_dense / (tp * pp) + p_exp / (ep * etp * pp)
     if dp > 1:
