@@ -103,10 +103,12 @@ def cmd_plan(args) -> int:
     rows = []
     for i, p in enumerate(props, 1):
         sp = f"{base_obj / p.predicted_objective:.2f}x" if base_obj else "-"
+        fit = f"{p.fit_probability:.0%}" if p.fit_probability < 1.0 else "yes"
         rows.append(
-            [str(i), _fmt_changes(p.changes), f"{p.predicted:.1f}", f"±{p.std:.0f}", sp, str(p.gpus), p.bottleneck]
+            [str(i), _fmt_changes(p.changes), f"{p.predicted:.1f}", f"±{p.std:.0f}", sp, str(p.gpus), fit, p.bottleneck]
         )
-    print(_table(rows, ["rank", "changes vs baseline", "pred s/step", "std", "speed-up", "GPUs", "addresses"]))
+    print(_table(rows, ["rank", "changes vs baseline", "pred s/step", "std", "speed-up", "GPUs", "fits", "addresses"]))
+    print("(fits: the probability that it fits in memory where the memory model is unsure; trials settle it)")
     print(f"({tuner.space.size():,} configurations in the space; ranked in {time.monotonic() - t0:.1f} s)")
     _print_framework_plan(spec, props[0].config if props else None)
     return 0

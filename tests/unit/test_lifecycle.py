@@ -85,7 +85,9 @@ def test_out_of_memory_is_a_cause_not_a_message_to_parse():
     assert status.phase == Phase.FAILED and "TooManyFailedTrials" in {c.reason for c in status.conditions}
     # the Tuner rebuilt from the status learns from the OOMs without reading their text
     tuner = R.make_tuner(spec, status.trials)
-    assert len(tuner.forecaster._fences) == len(failed)
+    fc = tuner.forecaster
+    assert len(tuner.history) == len(failed)
+    assert all(fc.memory.fenced(fc.raw(r.config.flat())) for r in tuner.history)
 
 
 def test_a_failed_pod_waits_briefly_for_the_trials_own_reason():

@@ -637,6 +637,13 @@ class Budget(CamelModel):
     warmup_steps: int = Field(1, ge=0, le=50, description="Leading steps excluded from scoring.")
     confirm_steps: int = Field(10, ge=0, le=200, description="Steps of the winner's confirmation run (0 = none).")
     max_failed_trials: int = Field(6, ge=1, le=200, description="Failed trials after which the job fails.")
+    planned_steps: int = Field(
+        500,
+        ge=1,
+        le=100_000_000,
+        description="Steps of the production run the tuning is weighed against: the search stops once no "
+        "trial's expected saving over these steps pays for the trial itself.",
+    )
     trial_timeout_seconds: int = Field(3600, ge=10, description="Wall-clock limit of one trial.")
     schedule_timeout_seconds: int = Field(
         300, ge=5, description="Time a trial may wait for all its pods to be scheduled."

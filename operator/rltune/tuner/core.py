@@ -19,7 +19,7 @@ from ..api.models import RLConfig, RLTuningJobSpec
 from ..api.status import FailureCause, TrialState
 from . import gates as G
 from . import physics
-from .forecast import ALL_FEATS, Forecaster, Prediction, features
+from .forecast import ALL_FEATS, NOISE_SD, Forecaster, Prediction, features
 from .profile import Profile, profile
 from .records import config_changes, objective_of
 from .search import Candidate, Space, candidates, expected_improvement, explicit, flat_key
@@ -27,8 +27,12 @@ from .summary import TrialSummary, TunerModel, summarize
 
 TERMINAL = tuple(s for s in TrialState if s.is_terminal)
 
-MIN_GAIN = 0.005  # stop when the best expected improvement is under 0.5% of the incumbent
 MIN_TRIALS_BEFORE_GAIN_STOP = 3
+# A running trial is stopped once its measured steps put it this many standard deviations of step
+# noise (at least NOISE_SD per step) beyond the incumbent: after one step, ~16% slower.
+EARLY_STOP_Z = 2.0
+# The forecaster's stated sd is rescaled by its realized errors on this job (uncertainty_scale).
+SCALE_RANGE = (0.3, 3.0)
 
 
 class TrialRecord(TunerModel):
@@ -63,6 +67,8 @@ class Proposal(TunerModel):
     bottleneck: str = Field(description="Bottleneck this configuration addresses.")
     rationale: str = ""
     acquisition: float = 0.0
+    fit_probability: float = Field(1.0, description="Probability that it fits in memory (memfit).")
+    extrapolation: str = Field("", description="What the forecast rests on that no trial has measured.")
 
     @property
     def predicted_std(self) -> float:
@@ -163,6 +169,38 @@ class Tuner:
         ]
         return min(vals) if vals else None
 
+    def uncertainty_scale(self) -> float:
+        """How the forecaster's stated sd compares with its realized errors on this job: the root
+        mean squared z-score of the trials it forecast, shrunk towards 1 by one pseudo-trial.
+        The search multiplies the sd by it: a forecaster that has been right explores less, one
+        that has missed explores more (the stated sd is the physics prior's, ~30% per unmeasured
+        knob value, while the measured error is often a few percent)."""
+        z2 = [
+            ((r.summary.step_time_mean - r.predicted) / r.predicted_std) ** 2
+            for r in self.forecast_trials()
+            if r.predicted_std and r.predicted_std > 0
+        ]
+        s = math.sqrt((1.0 + sum(z2)) / (1.0 + len(z2)))
+        return min(max(s, SCALE_RANGE[0]), SCALE_RANGE[1])
+
+    def _candidates(self, **kw) -> list[Candidate]:
+        """The search's candidates, their objective sd rescaled by uncertainty_scale()."""
+        cands = candidates(self.space, self.forecaster, **kw)
+        s = self.uncertainty_scale()
+        for c in cands:
+            c.objective_std *= s
+        return cands
+
+    def expected_value(self, cands: list[Candidate]) -> np.ndarray:
+        """What running each candidate is worth, in objective units summed over the planned run:
+        its expected improvement over the incumbent, weighted by the chances it passes the gates
+        and fits in memory, times budget.plannedSteps, minus what its own trial costs
+        (its forecast objective for stepsPerTrial steps)."""
+        b = self.spec.budget
+        inc = self.incumbent()
+        ei = expected_improvement(inc, cands) * np.array([self.p_pass(c.k) * c.p_fit for c in cands])
+        return ei * b.planned_steps - np.array([c.objective for c in cands]) * b.steps_per_trial
+
     def _base_pred(self) -> Prediction:
         return self.forecaster.predict(self.baseline.config)
 
@@ -192,9 +230,7 @@ class Tuner:
     # ------------------------------------------------------------------ the API
     def rank(self, limit: int = 20, gpus_free: Optional[int] = None, exclude_tried: bool = True) -> list[Proposal]:
         """Forecast-only ranking of the space (used by `rltune plan`)."""
-        cands = candidates(
-            self.space, self.forecaster, exclude=self._excluded if exclude_tried else None, gpus_max=gpus_free
-        )
+        cands = self._candidates(exclude=self._excluded if exclude_tried else None, gpus_max=gpus_free)
         cands.sort(key=lambda c: c.objective)
         # list distinct alternatives: skip near-duplicates (within 1% and one knob value apart)
         picked: list[Candidate] = []
@@ -225,6 +261,8 @@ class Tuner:
             bottleneck=bneck,
             rationale=why,
             acquisition=acq,
+            fit_probability=round(c.p_fit, 3),
+            extrapolation=c.extrapolation,
         )
 
     def propose(self, n: int, gpus_free: int) -> list[Proposal]:
@@ -233,7 +271,7 @@ class Tuner:
         incumbent, picked with local penalisation for diversity."""
         if n <= 0:
             return []
-        cands = candidates(self.space, self.forecaster, exclude=self._excluded, gpus_max=gpus_free)
+        cands = self._candidates(exclude=self._excluded, gpus_max=gpus_free)
         if not cands:
             return []
         inc = self.incumbent()
@@ -241,7 +279,8 @@ class Tuner:
             acq = -np.array([c.objective for c in cands])
         else:
             acq = expected_improvement(inc, cands)
-            acq = acq * np.array([self.p_pass(c.k) for c in cands])  # constrained EI
+            # constrained EI: it must pass the quality gates and fit in memory to count
+            acq = acq * np.array([self.p_pass(c.k) * c.p_fit for c in cands])
         F = None
         out: list[Proposal] = []
         acq = acq.astype(float).copy()
@@ -295,7 +334,8 @@ class Tuner:
         return rec
 
     def early_stop(self, partial_steps: list[StepRecord], gpus: Optional[int] = None) -> bool:
-        """True when a running trial is clearly losing against the incumbent."""
+        """True when a running trial cannot plausibly beat the incumbent: even EARLY_STOP_Z sd of
+        step noise below its measured mean it is slower. Its steps still calibrate the forecaster."""
         inc = self.incumbent()
         if inc is None:
             return False
@@ -303,13 +343,9 @@ class Tuner:
         if s.failed or s.steps < 1:
             return False
         g = gpus or self.budget
-        obj = self.objective_of(s.step_time_mean, g)
-        if obj > 1.6 * inc:
-            return True
-        if s.steps >= 2:
-            lo = s.step_time_mean - 2.0 * s.step_time_std / math.sqrt(s.steps)
-            return self.objective_of(lo, g) > 1.2 * inc
-        return False
+        rel = max(NOISE_SD, s.step_time_std / s.step_time_mean if s.steps >= 2 and s.step_time_mean > 0 else 0.0)
+        lo = s.step_time_mean * (1.0 - EARLY_STOP_Z * rel / math.sqrt(s.steps))
+        return self.objective_of(lo, g) > inc
 
     def done(self) -> tuple[bool, str]:
         trials = [r for r in self.history if r.id != self.baseline.id]
@@ -324,16 +360,20 @@ class Tuner:
         running = [r for r in trials if r.state.is_active]
         if running:
             return False, f"{len(running)} trials running"
-        cands = candidates(self.space, self.forecaster, exclude=self._excluded)
+        cands = self._candidates(exclude=self._excluded)
         if not cands:
             return True, "search space exhausted"
         inc = self.incumbent()
         if inc is not None and len(finished) >= MIN_TRIALS_BEFORE_GAIN_STOP:
-            ei = expected_improvement(inc, cands)
-            if float(ei.max()) < MIN_GAIN * inc:
+            val = self.expected_value(cands)
+            i = int(np.argmax(val))
+            if val[i] <= 0.0:
+                b = self.spec.budget
+                cost = cands[i].objective * b.steps_per_trial
                 return True, (
-                    f"expected gain small: best expected improvement {float(ei.max()) / inc:.2%} "
-                    f"< {MIN_GAIN:.1%} of the incumbent"
+                    f"no trial pays for itself: the best expected saving over budget.plannedSteps "
+                    f"{b.planned_steps} ({float(val[i]) + cost:.0f}) is below the cost of its own "
+                    f"{b.steps_per_trial}-step trial ({cost:.0f}, objective units)"
                 )
         return False, "searching"
 
@@ -348,8 +388,9 @@ class Tuner:
         return None
 
     def forecast_trials(self) -> list[TrialRecord]:
-        """The trials the forecast error is measured on: forecast before they ran, then scored (not
-        the baseline, which calibrates the forecaster)."""
+        """The trials the forecast error is measured on: forecast before they ran, then measured
+        (not the baseline, which calibrates the forecaster). Early-stopped trials count: their
+        steps are measurements like any other, only fewer."""
         return [
             r
             for r in self.history
@@ -358,7 +399,7 @@ class Tuner:
             and r.summary is not None
             and not r.summary.failed
             and r.summary.steps > 0
-            and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED)
+            and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED, TrialState.STOPPED)
         ]
 
     def forecast_error(self) -> Optional[float]:

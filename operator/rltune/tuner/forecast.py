@@ -15,9 +15,14 @@ sd, propagated through the phase sum. Each observation is weighted by its own pr
 steps' spread: a trial with a straggling step teaches less). Re-fitted from the observation list
 on every call.
 
-Memory. A configuration is infeasible when the physics memory model says so, or when it is at
-least as memory-hungry as a configuration that failed with an out-of-memory error (learned OOM
-fence: trainer-side, rollout-side, or both when the failure does not say which).
+Memory. Whether a configuration fits is a probability (rltune.tuner.memfit): the physics memory
+model's limits are uncertain, and measured fits and out-of-memory failures (trainer-side,
+rollout-side, colocated, or both when the failure does not say which) move them for every layout
+that shares the side. A configuration at least as hungry as a failure on its side does not fit.
+
+Extrapolation. A prediction says which knob values it rests on that no measurement has shown
+(the corrections keep the physics' view there, with the prior's uncertainty) and when it lies
+beyond the memory limits any trial has proven.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import numpy as np
 from ..api.models import RLConfig, RLTuningJobSpec
 from . import physics
 from .knobs import BY_PATH, CATALOG, calibrated, feature_names
+from .memfit import P_FIT_MIN, MemoryFit
 from .summary import TrialSummary
 
 # Calibrated quantities. The rollout is calibrated as a whole: how a workload splits it into bulk
@@ -119,6 +125,8 @@ class Prediction:
     trainer_mem_frac: float = 0.0
     rollout_free_frac: float = 0.0
     kv_pressure: float = 0.0
+    p_fit: float = 1.0  # probability that it fits in memory (rltune.tuner.memfit)
+    extrapolation: str = ""  # what the forecast rests on that no measurement has shown
 
 
 class _BLR:
@@ -202,8 +210,9 @@ class Forecaster:
         self.calibrated = bool(self.obs)
         self.absent: set[str] = set()
         self.additive: dict[str, float] = {}
-        self._fences: list[tuple[str, float, float]] = []
         self.limits = physics.DEFAULT_LIMITS
+        self.learned: dict[str, float] = {}  # task facts the spec left out, learned from measurements
+        self.task = self._learn_tool_latency(spec, self.task)
         # what ran proves it fits: widen the memory limits to every measured configuration
         lim = dict(
             trainer_max=physics.DEFAULT_LIMITS.trainer_max,
@@ -216,23 +225,52 @@ class Forecaster:
             lim["rollout_min_free"] = min(lim["rollout_min_free"], bd.rollout_free_frac)
             lim["colocated_max"] = max(lim["colocated_max"], bd.colocated_frac)
         self.limits = physics.MemLimits(**lim)
-        for cfg, reason in oom_failures:
-            bd = self.raw(cfg.flat())
-            side = _oom_side(reason)
-            self._fences.append((side, bd.trainer_mem_frac, bd.rollout_free_frac))
+        self.memory = MemoryFit.learn(
+            physics.DEFAULT_LIMITS,
+            [self.raw(cfg.flat()) for cfg, _ in self.obs],
+            [(_oom_side(reason), self.raw(cfg.flat())) for cfg, reason in oom_failures],
+        )
+        self.seen = {(kn, f.get(kn)) for cfg, _ in self.obs for f in [self._feats(cfg.flat())] for kn in ALL_KNOBS_C}
         self._fit()
+
+    def _feats(self, k: dict) -> dict:
+        gpus, gt, gr = physics.split(k, self.budget, self.gpn)
+        return features(k, gpus, gt, gr)
+
+    def _learn_tool_latency(self, spec: RLTuningJobSpec, tf: physics.TaskFacts) -> physics.TaskFacts:
+        """An agentic task whose spec gives no toolLatencySeconds: the physics' default is a guess,
+        the first measurement's engine idle time waiting for tools is not. Solve for the latency
+        that makes the physics' tool wait match it (secant; the wait grows monotonically with it)."""
+        task = spec.workload.task
+        if not tf.agentic or task.tool_latency_seconds is not None or not self.obs:
+            return tf
+        cfg, s = self.obs[0]
+        k = cfg.flat()
+        measured = s.phases.get("tool", 0.0)
+        if measured <= 0.0 or tf.tool_s <= 0.0 or (k["async.partialRollout"] and k["async.staleness"] >= 1):
+            return tf  # a streaming rollout does not drain: its tool idle says little about the latency
+
+        def tool_at(lat: float) -> tuple[physics.TaskFacts, float]:
+            t2 = dataclasses.replace(tf, tool_s=lat, tool_per_token=tf.tool_per_token * lat / tf.tool_s)
+            bd = physics.breakdown(self.model, t2, self.gpu_type, self.gpn, k, self.budget, physics.DEFAULT_LIMITS)
+            return t2, bd.phases.get("tool", 0.0)
+
+        x0, (_, y0) = tf.tool_s, tool_at(tf.tool_s)
+        if y0 <= 0.0:
+            return tf
+        x1 = max(0.1, x0 * measured / y0)
+        t1, y1 = tool_at(x1)
+        for _ in range(4):
+            if abs(y1 - measured) <= 0.02 * measured or abs(y1 - y0) < 1e-9:
+                break
+            x0, y0, x1 = x1, y1, max(0.1, x1 + (measured - y1) * (x1 - x0) / (y1 - y0))
+            t1, y1 = tool_at(x1)
+        self.learned["toolLatencySeconds"] = round(x1, 2)
+        return t1
 
     # ------------------------------------------------------------------ physics
     def raw(self, k: dict) -> physics.Breakdown:
         return physics.breakdown(self.model, self.task, self.gpu_type, self.gpn, k, self.budget, self.limits)
-
-    def _fenced(self, bd: physics.Breakdown) -> Optional[str]:
-        for side, tm, rf in self._fences:
-            t_hit = bd.trainer_mem_frac >= tm - 1e-9
-            r_hit = bd.rollout_free_frac <= rf + 1e-9
-            if (side == "trainer" and t_hit) or (side == "rollout" and r_hit) or (side == "both" and t_hit and r_hit):
-                return f"at least as memory-hungry as a configuration that ran out of memory ({side})"
-        return None
 
     # ------------------------------------------------------------------ calibration
     def _fit(self) -> None:
@@ -370,10 +408,16 @@ class Forecaster:
         for i, k in enumerate(ks):
             bd = self.raw(k)
             gpus, gt, gr = physics.split(k, self.budget, self.gpn)
-            if bd.feasible:
-                fence = self._fenced(bd)
+            p_fit = 0.0
+            if bd.feasible or bd.memory:
+                fence = self.memory.fenced(bd)
+                p_fit = 0.0 if fence else self.memory.p_fit(bd)
                 if fence:
                     bd.feasible, bd.reason = False, fence
+                elif p_fit >= P_FIT_MIN:
+                    bd.feasible = True  # beyond the physics' limit is a risk, not a verdict
+                elif bd.feasible:
+                    bd.feasible, bd.reason = False, "beyond the memory limits trials have shown"
             if not bd.feasible:
                 out[i] = Prediction(
                     math.inf,
@@ -385,9 +429,10 @@ class Forecaster:
                     bd.trainer_mem_frac,
                     bd.rollout_free_frac,
                     bd.kv_pressure,
+                    p_fit=0.0,
                 )
                 continue
-            live.append((i, k, gpus))
+            live.append((i, k, gpus, p_fit))
             feats.append(features(k, gpus, gt, gr))
             bds.append(bd)
         if not live:
@@ -395,7 +440,7 @@ class Forecaster:
         factors = self._phase_factors(feats) if self.corrections else {}
         if self.step_correction is not None:
             sm, ss = self.step_correction.predict(feats)
-        for j, (i, k, gpus) in enumerate(live):
+        for j, (i, k, gpus, p_fit) in enumerate(live):
             bd, f = bds[j], feats[j]
             step, phases = self._compose_calibrated(k, bd, f, factors, j)
             if self.calibrated and self.step_correction is not None:
@@ -408,9 +453,29 @@ class Forecaster:
             else:
                 std = step * UNCALIBRATED_SD
             out[i] = Prediction(
-                step, std, phases, True, "", gpus, bd.trainer_mem_frac, bd.rollout_free_frac, bd.kv_pressure
+                step,
+                std,
+                phases,
+                True,
+                "",
+                gpus,
+                bd.trainer_mem_frac,
+                bd.rollout_free_frac,
+                bd.kv_pressure,
+                p_fit,
+                self.extrapolation(f, p_fit),
             )
         return out  # type: ignore[return-value]
+
+    def extrapolation(self, f: dict, p_fit: float = 1.0) -> str:
+        """What a forecast rests on that no measurement has shown: knob values never measured
+        (their corrections are the prior's) and memory beyond what any trial proved."""
+        if not self.obs:
+            return "no measurement yet"
+        new = [f"{kn}={f[kn]}" for kn in ALL_KNOBS_C if not kn.startswith("c:") and (kn, f.get(kn)) not in self.seen]
+        if p_fit < 1.0:
+            new.append(f"memory fit p={p_fit:.2f}")
+        return ", ".join(new)
 
 
 def measured_task(task, obs) -> physics.TaskFacts:
@@ -426,6 +491,8 @@ def measured_task(task, obs) -> physics.TaskFacts:
 
 def _oom_side(reason: str) -> str:
     r = (reason or "").lower()
+    if "colocated" in r:
+        return "colocated"
     if any(w in r for w in ("rollout", "vllm", "kv", "engine")):
         return "rollout"
     if any(w in r for w in ("trainer", "train", "optimizer", "activation", "megatron", "fsdp")):

@@ -3,7 +3,8 @@
 The space is the product of the knob values the job allows (searchSpace.knobs, else the
 catalog's default range plus the baseline value; searchSpace.frozen and MoE-only knobs on dense
 models pin a knob to the baseline), minus invalid configurations (divisibility by heads and
-GPUs per node, GPU budget, staleness <= constraints.maxStaleness, memory fit).
+GPUs per node, GPU budget, staleness <= constraints.maxStaleness) and configurations that
+certainly do not fit in memory (fit probability below memfit.P_FIT_MIN).
 
 The product is large (millions for a MoE job with the default catalog), but a step's time is
 monotone non-decreasing in every phase, and the rollout phases depend only on (rollout GPUs,
@@ -30,6 +31,7 @@ from ..api.models import ModelArch, RLConfig, RLTuningJobSpec
 from . import physics
 from .forecast import Forecaster, features
 from .knobs import BY_PATH, CATALOG, CPU_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS
+from .memfit import P_FIT_MIN
 from .records import objective_of
 
 
@@ -225,6 +227,8 @@ class Candidate:
     objective_std: float
     gpus: int
     phases: dict
+    p_fit: float = 1.0  # probability that it fits in memory (rltune.tuner.memfit)
+    extrapolation: str = ""  # what its forecast rests on that no measurement has shown
 
 
 def candidates(
@@ -241,7 +245,7 @@ def candidates(
         outer = [o for o in outer if o["gpus"] <= gpus_max]
     gspec = space.spec
     mf = physics.facts_cached(space.model)
-    tf = physics.task_facts_cached(gspec.workload.task)
+    tf = fc.task  # the task as measured (response length, learned tool latency)
     gname = gspec.resources.gpu_type
 
     best_r: dict[tuple, list[dict]] = {}
@@ -275,7 +279,7 @@ def candidates(
                     r["rollout.fp8"],
                     partial,
                 )
-                if not ro.feasible or not fc.limits.rollout_ok(ro.free_frac):
+                if not ro.feasible or fc.memory.p_side("rollout", -ro.free_frac) < P_FIT_MIN:
                     continue
                 kk = dict(ko) | r
                 rows.append(r)
@@ -311,7 +315,7 @@ def candidates(
                     t["trainer.recompute"],
                     t["trainer.offload"],
                 )
-                if not tr.feasible or not fc.limits.trainer_ok(tr.mem_frac):
+                if not tr.feasible or fc.memory.p_side("trainer", tr.mem_frac) < P_FIT_MIN:
                     continue
                 kk = dict(ko) | t
                 rows.append(t)
@@ -361,6 +365,8 @@ def candidates(
                 objective_of(gspec, p.std, p.gpus),
                 p.gpus,
                 p.phases,
+                p.p_fit,
+                p.extrapolation,
             )
         )
     return res

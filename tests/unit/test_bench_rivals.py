@@ -1,0 +1,97 @@
+"""The benchmark's rivals, its generated job set and its tuning-cost figures (bench/run.py, bench/jobs.py)."""
+
+import dataclasses
+
+import pytest
+
+from bench.jobs import generated_jobs, jobs
+from bench.run import (
+    RIVALS,
+    fits_memory,
+    judge_or_stop,
+    measured_baseline,
+    run_baseline_search,
+    select_jobs,
+    tuning_cost,
+)
+from rltune.api.models import RLTuningJobSpec
+from rltune.api.status import TrialState
+from rltune.tuner import Tuner
+from rltune.tuner.search import flat_key
+
+pytest.importorskip("optuna")
+
+
+@pytest.fixture(scope="module")
+def bench_job():
+    job = select_jobs("seed-35b-a3b-math")[0]
+    rn, base = measured_baseline(job["metadata"]["name"], RLTuningJobSpec.model_validate(job["spec"]))
+    return rn, base
+
+
+@pytest.mark.parametrize("method", RIVALS)
+def test_every_rival_runs_distinct_valid_trials(bench_job, method):
+    rn, base = bench_job
+    out = run_baseline_search(rn, base, 5, 0, method, Tuner(rn.spec, base, []))
+    hist = out["history"]
+    assert len(hist) == 5
+    keys = {flat_key(r.config.flat(), rn.space.budget, rn.space.gpn) for r in hist}
+    assert len(keys) == 5 and flat_key(base.config.flat(), rn.space.budget, rn.space.gpn) not in keys
+    assert all(rn.space.all_valid(r.config.flat()) is None for r in hist)
+    assert all(r.state in (TrialState.SUCCEEDED, TrialState.REJECTED, TrialState.FAILED) for r in hist)
+
+
+def test_warm_tpe_starts_from_the_plans_top_configurations(bench_job):
+    rn, base = bench_job
+    judge = Tuner(rn.spec, base, [])
+    plan = [p.config.key() for p in judge.rank(limit=4)]
+    hist = run_baseline_search(rn, base, 4, 1, "tpe-warm", judge)["history"]
+    assert [r.config.key() for r in hist] == plan
+
+
+def test_memory_filtered_random_only_runs_what_the_memory_model_fits(bench_job):
+    rn, base = bench_job
+    hist = run_baseline_search(rn, base, 8, 2, "random-fit", Tuner(rn.spec, base, []))["history"]
+    assert all(fits_memory(rn.spec, r.config.flat()) for r in hist)
+
+
+def test_a_clearly_losing_trial_is_stopped_after_its_first_measured_step(bench_job):
+    rn, base = bench_job
+    tuner = Tuner(rn.spec, base, [])
+    # the baseline itself at a third of the GPUs' speed: slower than 1.6x the incumbent
+    steps, _ = rn.steps(base.config, "slow", 5)
+    slow = [dataclasses.replace(s, duration=s.duration * 3) for s in steps]
+    rec = judge_or_stop(tuner, tuner.record_for("t1", _prop(base.config)), slow)
+    assert rec.state == TrialState.STOPPED and rec.summary.steps == 1
+    ok = judge_or_stop(tuner, tuner.record_for("t2", _prop(base.config)), steps)
+    assert ok.state == TrialState.SUCCEEDED and ok.summary.steps == len(steps) - 1
+
+
+def _prop(cfg):
+    from bench.run import _FakeProp
+
+    return _FakeProp(cfg)
+
+
+def test_tuning_cost_and_payback():
+    c = tuning_cost(10.0, base_gpu_s=7200.0, pick_gpu_s=3600.0)  # saves one GPU-hour per step
+    assert c["saved_gpu_h"] == pytest.approx(500.0) and c["share"] == pytest.approx(0.02)
+    assert c["payback_steps"] == pytest.approx(10.0)
+    none = tuning_cost(10.0, 3600.0, 3600.0)
+    assert none["share"] is None and none["payback_steps"] is None
+
+
+def test_generated_jobs_are_fixed_valid_and_apart_from_the_seed_jobs():
+    a, b = generated_jobs(), generated_jobs()
+    assert a == b and len(a) == 10
+    seed_pairs = {(j["spec"]["workload"]["model"]["preset"], j["spec"]["resources"]["gpuType"]) for j in jobs()}
+    kinds, placements = set(), set()
+    for j in a:
+        spec = RLTuningJobSpec.model_validate(j["spec"])
+        assert (spec.workload.model.preset, spec.resources.gpu_type) not in seed_pairs
+        kinds.add(spec.workload.task.kind)
+        placements.add(spec.baseline.placement)
+        assert j["spec"]["workload"]["scenario"]  # perturbed efficiency factors
+    assert kinds == {"math", "agentic-coding"} and placements == {"colocated", "disaggregated"}
+    assert any(j["spec"]["workload"]["task"].get("toolLatencySeconds") is None for j in a if "coding" in j["metadata"]["name"])
+    assert len({j["metadata"]["name"] for j in a}) == len(a)
