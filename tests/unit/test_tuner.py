@@ -138,3 +138,52 @@ def test_an_early_stopped_trial_is_not_proposed_again():
     t = Tuner(spec, base, [r])
     assert p.config.key() not in {x.config.key() for x in t.propose(4, 32)}
     assert p.predicted_std == p.std
+
+
+def test_early_stop_threshold_is_the_step_noise():
+    # one measured step: stopped only when 2 sd of step noise (NOISE_SD per step) below it is
+    # still slower than the incumbent: ~16% slower, not 60%
+    from rltune.tuner.core import EARLY_STOP_Z
+    from rltune.tuner.forecast import NOISE_SD
+
+    spec = job()
+    base = baseline_record(spec, summarize(steps(_truth(spec.baseline), noise=0.0)))
+    t = Tuner(spec, base, [])
+    inc = t.incumbent()
+    edge = 1.0 / (1.0 - EARLY_STOP_Z * NOISE_SD)
+    for f, stop in ((edge * 1.03, True), (edge * 0.97, False), (1.0, False)):
+        one = steps({k: v * f for k, v in _truth(spec.baseline).items()}, n=2, noise=0.0)
+        assert t.early_stop(one) is stop, (f, summarize(one).step_time_mean / inc)
+
+
+def test_uncertainty_scale_follows_the_forecasters_realized_errors():
+    spec = job()
+    base, hist = _loop(spec, _truth, n=4)
+    t = Tuner(spec, base, hist)
+    assert t.forecast_trials()
+
+    def with_error(z):
+        h = []
+        for r in hist:
+            if r.summary is None or not r.summary.steps:
+                continue
+            m = r.summary.step_time_mean
+            h.append(r.model_copy(update={"predicted": m - z * 10.0, "predicted_std": 10.0}))
+        return Tuner(spec, base, h)
+
+    right, wrong = with_error(0.1), with_error(3.0)
+    assert right.uncertainty_scale() < 1.0 < wrong.uncertainty_scale()
+    # and the search's candidate sd moves with it
+    c_right = right._candidates(exclude=right._excluded)
+    c_wrong = wrong._candidates(exclude=wrong._excluded)
+    assert min(c.objective_std for c in c_right) < min(c.objective_std for c in c_wrong)
+
+
+def test_search_stops_when_no_trial_pays_for_itself():
+    spec = job()
+    base, hist = _loop(spec, _truth, n=3)
+    short = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 6, "plannedSteps": 1})
+    long = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 6, "plannedSteps": 10_000_000})
+    done, why = Tuner(short, base, hist).done()
+    assert done and "no trial pays for itself" in why and "plannedSteps 1" in why
+    assert Tuner(long, base, hist).done() == (False, "searching")
