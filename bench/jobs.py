@@ -284,3 +284,166 @@ def write_examples() -> list[Path]:
 if __name__ == "__main__":
     for p in write_examples():
         print(p.relative_to(ROOT))
+
+
+# ------------------------------------------------------------------------------ generated set
+# A second job set for generalisation (docs/benchmark.md "Generated jobs"): drawn from scenario
+# families with a fixed seed, separate from the eight seed-shaped jobs above and never used to
+# choose a constant. Models and GPUs the eight jobs do not use, budgets from 16 to 64 GPUs,
+# baselines in either placement, tasks with and without a tool-latency hint, and the simulated
+# cluster's efficiency factors perturbed by 20-40% each way.
+GEN_SEED = 20261130
+GEN_MODELS = ("qwen2.5-7b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air", "seed-27b-dense")
+GEN_GPUS = (("H100", 8), ("H200", 8), ("B200", 8), ("B300", 8), ("GB200", 4))
+GEN_BUDGETS = (16, 32, 48, 64)
+# factors the perturbation draws from, with the twin's default (rltune.twin.efficiency)
+GEN_FACTORS = {
+    "hbm": 0.80,
+    "decode_compute": 0.45,
+    "prefill_mfu": 0.55,
+    "nvlink": 0.70,
+    "nic": 0.60,
+    "train_mfu": 0.45,
+    "moe_gemm_tokens": 256.0,
+    "sched_overhead": 0.002,
+    "tool_latency": 20.0,
+    "tool_cv": 1.0,
+}
+GEN_SPACE_MAX = 1500  # configurations: the oracle evaluates every one
+GEN_SPACE_MAX_AGENTIC = 700  # an agentic twin step costs ~5x a math one
+
+
+def _divisors(n: int, pool=(1, 2, 4, 8)) -> list[int]:
+    return [d for d in pool if n % d == 0]
+
+
+def _gen_space(rng, arch: dict, gpn: int, budget: int, big: bool) -> dict:
+    heads = arch["heads"]
+    moe = bool(arch.get("experts"))
+    tps = [t for t in _divisors(heads) if t <= gpn]
+    knobs = {
+        "placement": ["colocated", "disaggregated"],
+        "trainerGpus": sorted({max(gpn, s) for s in _split(budget)}),
+        "trainer.tp": tps[-2:] if big or not moe else tps[:2],
+        "trainer.pp": [1, 2, 4] if big else [1, 2],
+        "trainer.recompute": ["selective", "full"],
+        "rollout.tp": tps[-3:],
+        "rollout.gpuMemoryUtilization": [0.6, 0.85, 0.9],
+        "rollout.maxNumSeqs": [256, 1024],
+        "async.staleness": [0, 1],
+        "async.partialRollout": [False, True],
+    }
+    if moe:
+        knobs["trainer.ep"] = [e for e in (4, 8) if arch["experts"] % e == 0]
+    return knobs
+
+
+def _gen_task(rng, agentic: bool, hint: bool = True) -> dict:
+    if not agentic:
+        t = copy.deepcopy(MATH)
+        t["meanResponseTokens"] = rng.choice([2000, 5000, 8000])
+        t["promptsPerStep"] = rng.choice([256, 512])
+        return t
+    t = copy.deepcopy(CODING)
+    t["turns"] = rng.choice([10, 30, 50])
+    t["meanResponseTokens"] = rng.choice([12000, 20000, 32000])
+    if not hint:  # no tool-latency hint: the tuner has to learn the tool wait
+        del t["toolLatencySeconds"]
+    return t
+
+
+def _gen_scenario(rng, agentic: bool, moe: bool) -> dict:
+    """Four of the factors that matter to the job, each moved 20-40% up or down."""
+    sc = {"noise": 0.03}
+    pool = [f for f in sorted(GEN_FACTORS) if (agentic or not f.startswith("tool")) and (moe or f != "moe_gemm_tokens")]
+    for f in rng.sample(pool, 4):
+        d = rng.uniform(0.2, 0.4) * rng.choice([-1, 1])
+        v = GEN_FACTORS[f] * (1 + d)
+        sc[f] = round(min(v, 0.95) if f in ("hbm", "nvlink", "nic", "train_mfu", "decode_compute") else v, 6)
+    return sc
+
+
+def generated_jobs(n: int = 10, seed: int = GEN_SEED) -> list[dict]:
+    """`n` jobs drawn with a fixed seed; each redrawn until its baseline runs on the twin and its
+    space is small enough for the exhaustive oracle."""
+    import random
+    import sys
+
+    sys.path.insert(0, str(ROOT / "operator"))
+    from bench.run import enumerate_space, true_objective
+    from rltune.api.models import RLTuningJobSpec
+    from rltune.api.presets import PRESETS
+    from rltune.tuner.search import Space
+
+    rng = random.Random(seed)
+    seed_pairs = {(j["spec"]["workload"]["model"]["preset"], j["spec"]["resources"]["gpuType"]) for j in jobs()}
+    out: list[dict] = []
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 400 * n:
+            raise RuntimeError("generated_jobs: too many rejected draws")
+        preset = rng.choice(GEN_MODELS)
+        gpu, gpn = rng.choice(GEN_GPUS)
+        budget = rng.choice(GEN_BUDGETS)
+        if (preset, gpu) in seed_pairs:  # a pair the eight seed-shaped jobs already cover
+            continue
+        arch = PRESETS[preset]
+        big = preset in ("qwen3-235b-a22b", "qwen3-32b", "seed-27b-dense", "glm-4.5-air")
+        task = _gen_task(rng, len(out) % 2 == 1, len(out) % 4 != 3)  # half math, half agentic coding
+        cap = GEN_SPACE_MAX if task["kind"] == "math" else GEN_SPACE_MAX_AGENTIC
+        knobs = _gen_space(rng, arch, gpn, budget, big)
+        placement = rng.choice(["colocated", "disaggregated"])
+        name = f"gen-{len(out) + 1:02d}-{preset}-{gpu.lower()}-{task['kind'].split('-')[-1]}"
+        job = _job(
+            name,
+            preset,
+            task,
+            budget,
+            {"placement": placement},
+            knobs,
+            _gen_scenario(rng, task["kind"] != "math", bool(arch.get("experts"))),
+        )
+        job["spec"]["resources"] = {"gpuType": gpu, "gpuBudget": budget, "gpusPerNode": gpn}
+        for drop in ("rollout.maxNumSeqs", "trainer.recompute", "trainer.pp", "rollout.tp"):
+            try:
+                spec = RLTuningJobSpec.model_validate(job["spec"])
+                size = len(enumerate_space(Space(spec)))
+            except ValueError:
+                size = 0
+                break
+            if size <= cap:
+                break
+            kn = job["spec"]["searchSpace"]["knobs"]
+            kn[drop] = kn[drop][:1] if drop != "trainer.recompute" else ["full"]
+        if not 100 <= size <= cap:
+            continue
+        # the baseline: a framework-default-looking feasible configuration of that placement
+        space = Space(spec)
+        pool = [
+            k
+            for k in enumerate_space(space)
+            if k["placement"] == placement
+            and k["rollout.gpuMemoryUtilization"] == 0.6
+            and k["async.staleness"] == 0
+            and not k["async.partialRollout"]
+            and k["trainer.recompute"] == "full"
+            and k["rollout.maxNumSeqs"] == 256
+        ]
+        rng.shuffle(pool)
+        base = None
+        for k in pool[:12]:
+            cfg = space.config(k)
+            if true_objective(spec, cfg) is not None:
+                base = cfg
+                break
+        if base is None:
+            continue
+        b = base.dump()
+        job["spec"]["baseline"] = {kk: v for kk, v in b.items() if kk != "gpus" or v is not None}
+        try:
+            RLTuningJobSpec.model_validate(job["spec"])
+        except ValueError:
+            continue
+        out.append(job)
+    return out

@@ -1,14 +1,17 @@
-"""Tuner benchmark: rltune vs Optuna TPE vs random search vs the exhaustive oracle (docs/benchmark.md).
+"""Tuner benchmark: rltune vs five rivals vs the exhaustive oracle, on two job sets (docs/benchmark.md).
 
-    python -m bench.run [--jobs NAME,...] [--seeds 3] [--budgets 4,8,16] [--no-write]
+    python -m bench.run [--set seed|generated|both] [--jobs NAME,...] [--seeds 10] [--gen-seeds 3]
 
-For each benchmark job (bench/jobs.py), side by side:
+Two job sets (bench/jobs.py): the eight seed-shaped jobs and a generated set drawn with a fixed
+seed from scenario families the eight do not cover. For each job, side by side:
 - baseline: noiseless twin step time of the job's starting configuration;
 - oracle: exhaustive search of the same space on the twin's noiseless simulate_step_time
   (cached in bench/oracle_cache.json, keyed by TWIN_VERSION and the job's spec);
-- rltune, Optuna TPE (ask-and-tell) and random search, each with the same trial budgets, several
-  seeds; trials run in-process through simulate_trial (noise on) and are scored exactly like the
-  operator scores them (rltune.tuner summarize + quality gates). A method's result after k trials is
+- rltune and the rivals (RIVALS: Optuna TPE cold and warm-started from `rltune plan`, Optuna's
+  GPSampler, random search, random search over what the memory model says fits), each with the
+  same trial budgets, several seeds; trials run in-process through simulate_trial (noise on) and
+  are scored exactly like the operator scores them (rltune.tuner summarize + quality gates;
+  rltune's losing trials stop early as the operator stops them). A method's result after k trials is
   the configuration with the best *measured* objective among its first k gated trials, reported at
   its *true* (noiseless) objective: what a user would deploy and get.
 The tuner never sees the twin; only this harness does.
@@ -30,6 +33,7 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
+from bench.jobs import generated_jobs  # noqa: E402
 from bench.jobs import jobs as bench_jobs  # noqa: E402
 from rltune import twin  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
@@ -164,12 +168,17 @@ class Runner:
         _init(spec.model_dump_json(by_alias=True))
         self.truth: dict = {}
 
-    def run(self, cfg: RLConfig, trial: str, seed: int):
+    def steps(self, cfg: RLConfig, trial: str, seed: int):
+        """All steps of a noisy twin trial (warm-up first), or None and the twin's refusal."""
         ts = trial_spec_for("bench", self.name, trial, self.spec, cfg, STEPS, WARMUP, seed=seed)
         try:
-            return summarize(twin.simulate_trial(ts)), ""
+            return twin.simulate_trial(ts), ""
         except twin.Infeasible as e:
             return None, str(e)
+
+    def run(self, cfg: RLConfig, trial: str, seed: int):
+        steps, err = self.steps(cfg, trial, seed)
+        return (summarize(steps) if steps is not None else None), err
 
     def true(self, cfg: RLConfig):
         k = flat_key(cfg.flat(), self.space.budget, self.space.gpn)
@@ -194,11 +203,11 @@ def run_rltune(rn: Runner, base, budget: int, seed: int) -> dict:
             stop_reason = "no proposal"
             break
         rec = tuner.record_for(f"t{len(hist) + 1}", props[0])
-        s, err = rn.run(rec.config, rec.id, seed * 1000 + len(hist) + 1)
-        if s is None:
+        steps, err = rn.steps(rec.config, rec.id, seed * 1000 + len(hist) + 1)
+        if steps is None:
             rec.state, rec.reason, rec.cause = TrialState.FAILED, err, failure_cause(err)
         else:
-            rec = tuner.judge(rec, s)
+            rec = judge_or_stop(tuner, rec, steps)
         hist.append(rec)
     tuner = Tuner(spec, base, hist)
     return {
@@ -208,6 +217,20 @@ def run_rltune(rn: Runner, base, budget: int, seed: int) -> dict:
         "seconds": time.time() - t0,
         "stop": stop_reason,
     }
+
+
+def judge_or_stop(tuner: Tuner, rec, steps: list):
+    """Score a trial as the operator does: after each measured step a clearly losing trial is
+    stopped (Tuner.early_stop, as lifecycle.maybe_early_stop calls it) and costs only the steps it ran."""
+    for n in range(WARMUP + 1, len(steps)):
+        if tuner.early_stop(steps[:n], gpus=rec.gpus):
+            s = summarize(steps[:n])
+            rec = rec.model_copy(deep=True)
+            rec.summary, rec.state = s, TrialState.STOPPED
+            rec.objective = tuner.objective_of(s.step_time_mean, rec.gpus)
+            rec.reason = f"early-stopped after {n} steps: cannot beat the best so far"
+            return rec
+    return tuner.judge(rec, summarize(steps))
 
 
 def _choices(space: Space) -> dict[str, list]:
@@ -231,8 +254,63 @@ def _valid(space: Space, k: dict) -> bool:
     return space.all_valid(k) is None
 
 
+RIVALS = ("tpe", "tpe-warm", "gp", "random", "random-fit")
+METHODS = ("rltune",) + RIVALS
+WARM_K = 4  # TPE's warm start: `rltune plan`'s top-k, as many as TPE's own start-up trials
+
+
+def _sampler(method: str, seed: int):
+    import optuna
+
+    if method == "gp":
+        return optuna.samplers.GPSampler(seed=seed, n_startup_trials=4)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4)
+
+
+def _params(ch: dict, k: dict) -> dict:
+    """A flat configuration as the rivals' categorical parameters (a colocated configuration's
+    trainerGpus is irrelevant: any value stands for it)."""
+    return {p: json.dumps(k[p] if k.get(p) in vals else vals[0]) for p, vals in ch.items()}
+
+
+def _nearest(pool: list[dict], ch: dict, cand: dict, tried: set, space: Space, rng: random.Random):
+    """The untried valid configuration closest to an invalid proposal (fewest differing knobs)."""
+    best, best_d = [], None
+    for k in pool:
+        if flat_key(k, space.budget, space.gpn) in tried:
+            continue
+        d = sum(1 for p in ch if p != "trainerGpus" and k.get(p) != cand.get(p))
+        if best_d is None or d < best_d:
+            best, best_d = [k], d
+        elif d == best_d:
+            best.append(k)
+    return rng.choice(best) if best else None
+
+
+def fits_memory(spec: RLTuningJobSpec, k: dict) -> bool:
+    """The physics memory model's verdict (no trial, default limits): what a user filtering a
+    random search by a memory calculator would keep."""
+    from rltune.tuner import physics
+
+    bd = physics.breakdown(
+        spec.workload.model.resolved(),
+        spec.workload.task,
+        spec.resources.gpu_type,
+        spec.resources.gpus_per_node,
+        k,
+        spec.resources.gpu_budget,
+    )
+    return bd.feasible
+
+
 def run_baseline_search(rn: Runner, base, budget: int, seed: int, method: str, judge_tuner: Tuner) -> dict:
-    """Optuna TPE (ask-and-tell) or random search over the same space, validity rules known."""
+    """A rival over the same space, validity rules known (docs/benchmark.md "Rivals"):
+    tpe: Optuna TPE, cold (4 random start-up trials); invalid proposals are told as failed asks.
+    tpe-warm: the same TPE, its first trials enqueued from `rltune plan`'s top WARM_K.
+    gp: Optuna's GPSampler; an invalid proposal is repaired to the nearest valid configuration,
+        which is what runs and what the sampler is told.
+    random: uniform over the valid configurations.
+    random-fit: uniform over the valid configurations the physics memory model says fit."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -240,33 +318,47 @@ def run_baseline_search(rn: Runner, base, budget: int, seed: int, method: str, j
     ch = _choices(space)
     rng = random.Random(seed)
     dists = {k: optuna.distributions.CategoricalDistribution([json.dumps(v) for v in vals]) for k, vals in ch.items()}
-    study = optuna.create_study(direction="minimize", sampler=optuna.samplers.TPESampler(seed=seed, n_startup_trials=4))
+    study = None
+    if method in ("tpe", "tpe-warm", "gp"):
+        study = optuna.create_study(direction="minimize", sampler=_sampler(method, seed))
     tried = {flat_key(base.config.flat(), space.budget, space.gpn)}
+    if method == "tpe-warm":
+        for p in judge_tuner.rank(limit=WARM_K):
+            study.enqueue_trial(_params(ch, p.config.flat()))
     hist = []
     penalty = (base.objective or 1.0) * 1.5
-    valid_pool = None
+    pool = None
+    if method in ("random", "random-fit", "gp"):
+        pool = enumerate_space(space)
+        if method == "random-fit":
+            pool = [k for k in pool if fits_memory(rn.spec, k)]
+        rng.shuffle(pool)
     while len(hist) < budget:
-        k = None
-        for _ in range(200):
-            if method == "tpe":
+        k, tr = None, None
+        if method in ("tpe", "tpe-warm"):
+            for _ in range(200):
                 tr = study.ask(dists)
                 cand = dict(space.base) | {p: json.loads(tr.params[p]) for p in ch}
-                ok = _valid(space, cand) and flat_key(cand, space.budget, space.gpn) not in tried
-                if not ok:
-                    study.tell(tr, state=optuna.trial.TrialState.FAIL)  # not a trial: a static rule says no
-                    continue
+                if _valid(space, cand) and flat_key(cand, space.budget, space.gpn) not in tried:
+                    k = cand
+                    break
+                study.tell(tr, state=optuna.trial.TrialState.FAIL)  # not a trial: a static rule says no
+                tr = None
+        elif method == "gp":
+            tr = study.ask(dists)
+            cand = dict(space.base) | {p: json.loads(tr.params[p]) for p in ch}
+            if _valid(space, cand) and flat_key(cand, space.budget, space.gpn) not in tried:
                 k = cand
-                break
             else:
-                if valid_pool is None:
-                    valid_pool = enumerate_space(space)
-                    rng.shuffle(valid_pool)
-                while valid_pool:
-                    cand = valid_pool.pop()
-                    if flat_key(cand, space.budget, space.gpn) not in tried:
-                        k = cand
-                        break
-                break
+                study.tell(tr, state=optuna.trial.TrialState.FAIL)
+                tr = None
+                k = _nearest(pool, ch, cand, tried, space, rng)
+        else:
+            while pool:
+                cand = pool.pop()
+                if flat_key(cand, space.budget, space.gpn) not in tried:
+                    k = cand
+                    break
         if k is None:
             break
         tried.add(flat_key(k, space.budget, space.gpn))
@@ -278,9 +370,12 @@ def run_baseline_search(rn: Runner, base, budget: int, seed: int, method: str, j
         else:
             rec = judge_tuner.judge(rec, s)
         hist.append(rec)
-        if method == "tpe":
+        if study is not None:
             val = rec.objective if rec.state == TrialState.SUCCEEDED else penalty
-            study.tell(tr, val)
+            if tr is not None:
+                study.tell(tr, val)
+            else:  # the repaired configuration is what ran: the sampler learns from it
+                study.add_trial(optuna.trial.create_trial(params=_params(ch, k), distributions=dists, value=val))
     return {"history": hist}
 
 
@@ -293,8 +388,9 @@ class _FakeProp:
         self.rationale = None
 
 
-def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float]:
-    """(true objective, GPU-hours) of a method's pick after its first k trials."""
+def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float, float]:
+    """(true objective, trial GPU-hours, true GPU-seconds per step) of a method's pick after its
+    first k trials; the baseline when nothing it measured beat the baseline."""
     ok = [r for r in hist[:k] if r.state == TrialState.SUCCEEDED and r.objective is not None]
     gpu_h = (
         sum(
@@ -304,13 +400,34 @@ def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float]:
         )
         / 3600
     )
+
+    def gpu_s(rec, t):
+        return t[1] * (rec.config.gpus or rn.space.budget)
+
+    b = rn.true(base.config)
     if not ok:
-        return rn.true(base.config)[0], gpu_h
+        return b[0], gpu_h, gpu_s(base, b)
     pick = min(ok, key=lambda r: r.objective)
     if base.objective is not None and pick.objective >= base.objective:
-        return rn.true(base.config)[0], gpu_h
+        return b[0], gpu_h, gpu_s(base, b)
     t = rn.true(pick.config)
-    return (t[0] if t else rn.true(base.config)[0]), gpu_h
+    return (t[0], gpu_h, gpu_s(pick, t)) if t else (b[0], gpu_h, gpu_s(base, b))
+
+
+RUN_STEPS = 500  # the production run the tuning cost is weighed against
+
+
+def tuning_cost(trial_gpu_h: float, base_gpu_s: float, pick_gpu_s: float) -> dict:
+    """What tuning cost against what it saves: trial GPU-hours, GPU-hours saved over RUN_STEPS
+    steps, their ratio, and the step at which the savings pay the trials back."""
+    saved = max(0.0, base_gpu_s - pick_gpu_s)
+    saved_h = saved * RUN_STEPS / 3600
+    return {
+        "trial_gpu_h": trial_gpu_h,
+        "saved_gpu_h": saved_h,
+        "share": trial_gpu_h / saved_h if saved_h > 0 else None,
+        "payback_steps": trial_gpu_h * 3600 / saved if saved > 0 else None,
+    }
 
 
 def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", object]:
@@ -330,7 +447,7 @@ def bench_job(
     budgets: list[int],
     log=print,
     oracle_procs: int = 2,
-    methods: tuple = ("rltune", "tpe", "random"),
+    methods: tuple = METHODS,
 ) -> dict:
     name = job["metadata"]["name"]
     spec = RLTuningJobSpec.model_validate(job["spec"])
@@ -352,10 +469,11 @@ def bench_job(
         "objective": spec.objective,
         "methods": {},
     }
+    base_gpu_s = rn.true(base.config)[1] * (base.config.gpus or spec.resources.gpu_budget)
     for method in methods:
         per_k = {k: [] for k in budgets}
         gpuh = {k: [] for k in budgets}
-        ferr, used, stops = [], [], []
+        ferr, used, stops, costs = [], [], [], []
         for sd in range(seeds):
             if method == "rltune":
                 out = run_rltune(rn, base, kmax, sd)
@@ -367,9 +485,11 @@ def bench_job(
             hist = out["history"]
             used.append(len(hist))
             for k in budgets:
-                v, g = best_after(rn, base, hist, k)
+                v, g, _ = best_after(rn, base, hist, k)
                 per_k[k].append(base_true / v)
                 gpuh[k].append(g)
+            _, g, pick_gpu_s = best_after(rn, base, hist, len(hist))
+            costs.append(tuning_cost(g, base_gpu_s, pick_gpu_s))
         res["methods"][method] = {
             "speedup": {k: statistics.median(v) for k, v in per_k.items()},
             "speedup_mean": {k: statistics.fmean(v) for k, v in per_k.items()},
@@ -379,6 +499,7 @@ def bench_job(
             "forecast_error": statistics.median(ferr) if ferr else None,
             "forecast_errors": ferr,  # per seed: the headline's sampling spread comes from these
             "stops": stops,
+            "cost": _median_cost(costs),
         }
         m = res["methods"][method]
         log(
@@ -390,6 +511,15 @@ def bench_job(
     res["seconds"] = round(time.time() - t0, 1)
     log(f"  oracle {res['oracle_speedup']:.2f}x; {res['seconds']} s")
     return res
+
+
+def _median_cost(costs: list[dict]) -> dict:
+    """Median over seeds of each tuning-cost figure (a seed that saved nothing has no share)."""
+    out = {}
+    for key in ("trial_gpu_h", "saved_gpu_h", "share", "payback_steps"):
+        vals = [c[key] for c in costs if c[key] is not None]
+        out[key] = statistics.median(vals) if vals else None
+    return out
 
 
 def _bench_job_quiet(job, seeds, budgets, methods):
@@ -427,28 +557,41 @@ def median_of_medians_interval(
     return float(lo), float(hi)
 
 
-def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Path) -> None:
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> list[str]:
+    """One job set's tables (quality against every rival, then tuning cost) and summary lines."""
     k8 = 8 if 8 in budgets else budgets[len(budgets) // 2]
-    lines = []
+    methods = [m for m in METHODS if all(m in r["methods"] for r in results)]
+    rivals = [m for m in methods if m != "rltune"]
+    lines = [
+        f"**{title}** ({len(results)} jobs, {seeds} seeds; cells: median speed-up at "
+        + "/".join(map(str, budgets))
+        + " trials)",
+        "",
+    ]
     head = (
         ["job", "bottleneck", "configs", "baseline", "oracle"]
-        + [f"rltune@{k}" for k in budgets]
-        + [f"TPE@{k}" for k in budgets]
-        + [f"random@{k}" for k in budgets]
-        + [f"rltune mean@{k8}", f"TPE mean@{k8}", f"TPE worst@{k8}"]
-        + [f"rltune %oracle@{k8}", "rltune trials", "rltune GPU-h (sim.)", "forecast err"]
+        + methods
+        + [f"%oracle@{k8}", f"ahead@{k8}", "forecast err"]
     )
-    lines.append("| " + " | ".join(head) + " |")
-    lines.append("|" + "---|" * len(head))
-    fracs, ferrs, beats, beats_med = [], [], [], []
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    fracs, ferrs, ahead, not_behind = [], [], [], []
+    beats = {m: [0, 0] for m in rivals}  # [by median, by mean] at k8
     for r in results:
         m = r["methods"]
         unit = "GPU·s" if r["objective"] == "gpuSecondsPerStep" else "s"
         frac = m["rltune"]["speedup"][k8] / r["oracle_speedup"]
         fracs.append(frac)
-        mean = {meth: m[meth].get("speedup_mean", m[meth]["speedup"])[k8] for meth in ("rltune", "tpe")}
-        beats.append(mean["rltune"] > mean["tpe"])
-        beats_med.append(m["rltune"]["speedup"][k8] > m["tpe"]["speedup"][k8])
+        me = m["rltune"]["speedup"][k8]
+        best_rival = max(m[x]["speedup"][k8] for x in rivals) if rivals else 0.0
+        ahead.append(me > best_rival)
+        not_behind.append(me >= best_rival * 0.995)
+        for x in rivals:
+            beats[x][0] += me > m[x]["speedup"][k8]
+            beats[x][1] += m["rltune"]["speedup_mean"][k8] > m[x]["speedup_mean"][k8]
         fe = m["rltune"]["forecast_error"]
         if fe is not None:
             ferrs.append(fe)
@@ -459,34 +602,59 @@ def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Pa
             f"{r['baseline']:.0f} {unit}",
             f"{r['oracle_speedup']:.2f}x",
         ]
-        row += [f"{m['rltune']['speedup'][k]:.2f}x" for k in budgets]
-        row += [f"{m['tpe']['speedup'][k]:.2f}x" for k in budgets]
-        row += [f"{m['random']['speedup'][k]:.2f}x" for k in budgets]
-        row += [f"{mean['rltune']:.2f}x", f"{mean['tpe']:.2f}x", f"{min(m['tpe']['speedup_all'][k8]):.2f}x"]
-        row += [
-            f"{frac:.0%}",
-            f"{m['rltune']['trials_used']:g}",
-            f"{m['rltune']['gpu_hours'][max(budgets)]:.0f}",
-            f"{fe:.1%}" if fe is not None else "-",
-        ]
+        row += ["/".join(f"{m[x]['speedup'][k]:.2f}" for k in budgets) for x in methods]
+        row += [f"{frac:.0%}", "yes" if ahead[-1] else ("tie" if not_behind[-1] else "no"), _pct(fe)]
         lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "",
+        "| job | rltune trials | trial GPU-h | GPU-h saved over 500 steps | cost / saved | payback step |",
+        "|---|---|---|---|---|---|",
+    ]
+    shares, paybacks = [], []
+    for r in results:
+        c = r["methods"]["rltune"].get("cost") or {}
+        if c.get("share") is not None:
+            shares.append(c["share"])
+        if c.get("payback_steps") is not None:
+            paybacks.append(c["payback_steps"])
+        lines.append(
+            f"| {r['job'].replace('bench-', '')} | {r['methods']['rltune']['trials_used']:g} | "
+            f"{c.get('trial_gpu_h') or 0:.0f} | {c.get('saved_gpu_h') or 0:.0f} | {_pct(c.get('share'))} | "
+            + (f"{c['payback_steps']:.0f}" if c.get("payback_steps") is not None else "-")
+            + " |"
+        )
     per_seed = [r["methods"]["rltune"].get("forecast_errors") for r in results]
     ferr_ci = ""
     if per_seed and all(per_seed):
         lo, hi = median_of_medians_interval(per_seed)
         ferr_ci = f"; 90% seed-bootstrap interval {lo:.1%}-{hi:.1%}"
-    summary = [
+    n = len(results)
+    lines += [
         "",
         f"Median over jobs: rltune reaches {statistics.median(fracs):.0%} of the oracle speed-up within {k8} trials "
-        f"(target >= 95%); rltune beats TPE at {k8} trials on {sum(beats)}/{len(beats)} jobs by the mean over seeds "
-        f"and on {sum(beats_med)}/{len(beats_med)} by the median; forecaster median |error| "
-        f"{statistics.median(ferrs):.1%} (median over jobs of each job's median over its trials{ferr_ci}).",
-        f"Speed-ups are medians over {seeds} seeds unless marked mean; each is the true (noiseless) objective of "
-        "the configuration the method would deploy after k trials, relative to the baseline's.",
+        f"(worst job {min(fracs):.0%}); ahead of every rival at {k8} trials on {sum(ahead)}/{n} jobs by the median "
+        f"over seeds, not behind any (within 0.5%) on {sum(not_behind)}/{n}. Per rival (rltune ahead at {k8}, by "
+        "median / by mean over seeds): "
+        + ", ".join(f"{x} {beats[x][0]}/{n} / {beats[x][1]}/{n}" for x in rivals)
+        + f". Forecaster median |error| {statistics.median(ferrs):.1%} (median over jobs of each job's median over "
+        f"its trials{ferr_ci}). Tuning cost: median {_pct(statistics.median(shares)) if shares else '-'} of the "
+        f"GPU-hours the pick saves over 500 steps, paid back after a median "
+        + (f"{statistics.median(paybacks):.0f} steps." if paybacks else "- steps."),
     ]
+    return lines
+
+
+def write_markdown(
+    results: list[dict], budgets: list[int], seeds: int, path: Path, marker: str = "results", title: str = ""
+) -> None:
+    lines = render(results, budgets, seeds, title or "The eight seed-shaped jobs")
+    lines.append(
+        f"Speed-ups are medians over {seeds} seeds unless marked mean; each is the true (noiseless) objective of "
+        "the configuration the method would deploy after k trials, relative to the baseline's."
+    )
     text = path.read_text() if path.exists() else ""
-    start, end = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
-    block = start + "\n" + "\n".join(lines + summary) + "\n" + end
+    start, end = f"<!-- bench:{marker}:start -->", f"<!-- bench:{marker}:end -->"
+    block = start + "\n" + "\n".join(lines) + "\n" + end
     if start in text and end in text:
         text = text[: text.index(start)] + block + text[text.index(end) + len(end) :]
     else:
@@ -494,67 +662,83 @@ def write_markdown(results: list[dict], budgets: list[int], seeds: int, path: Pa
     path.write_text(text)
 
 
-def select_jobs(names: Optional[str]) -> list[dict]:
-    """The benchmark jobs a comma-separated --jobs value names (with or without the "bench-"
-    prefix); all eight when it is empty."""
+def select_jobs(names: Optional[str], job_set: str = "seed") -> list[dict]:
+    """The jobs of a set ("seed": the eight seed-shaped jobs; "generated": bench.jobs.generated_jobs)
+    that a comma-separated --jobs value names (with or without the "bench-" prefix); all when empty."""
     sel = set(names.split(",")) if names else None
+    pool = bench_jobs() if job_set == "seed" else generated_jobs()
     return [
-        j
-        for j in bench_jobs()
-        if not sel or j["metadata"]["name"] in sel or j["metadata"]["name"].replace("bench-", "") in sel
+        j for j in pool if not sel or j["metadata"]["name"] in sel or j["metadata"]["name"].replace("bench-", "") in sel
     ]
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", help="comma-separated job names (default: all eight)")
-    ap.add_argument("--seeds", type=int, default=10)
-    ap.add_argument("--budgets", default="4,8,16")
-    ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmark.md")
-    ap.add_argument("--json", default=str(ROOT / "bench" / "results.json"))
-    ap.add_argument("--procs", type=int, default=2, help="jobs benchmarked in parallel (processes)")
-    ap.add_argument("--from-json", help="only re-render docs/benchmark.md from a results JSON")
-    ap.add_argument(
-        "--methods",
-        default="rltune,tpe,random",
-        help="methods to run (a subset only checks them; the page needs all three)",
-    )
-    args = ap.parse_args(argv)
-    budgets = [int(x) for x in args.budgets.split(",")]
-    methods = tuple(args.methods.split(","))
-    if set(methods) != {"rltune", "tpe", "random"}:
-        args.no_write = True
-    if args.from_json:
-        res = json.loads(Path(args.from_json).read_text())
-        for r in res:
-            for m in r["methods"].values():
-                for key in ("speedup", "gpu_hours", "speedup_mean", "speedup_all"):
-                    if key in m:
-                        m[key] = {int(k): v for k, v in m[key].items()}
-        write_markdown(res, budgets, args.seeds, ROOT / "docs" / "benchmark.md")
-        return 0
-    results = []
-    t0 = time.time()
-    todo = select_jobs(args.jobs)
-    if args.procs > 1 and len(todo) > 1:
-        # one job per process (slowest first); each job's oracle then runs single-process
-        todo.sort(key=lambda j: j["spec"]["workload"]["task"]["kind"] != "agentic-coding")
+def _int_keys(res: list[dict]) -> list[dict]:
+    for r in res:
+        for m in r["methods"].values():
+            for key in ("speedup", "gpu_hours", "speedup_mean", "speedup_all"):
+                if key in m:
+                    m[key] = {int(k): v for k, v in m[key].items()}
+    return res
+
+
+def run_set(todo: list[dict], seeds: int, budgets: list[int], methods: tuple, procs: int) -> list[dict]:
+    """Benchmark jobs, `procs` at a time (one job per process, slowest first; each job's oracle
+    then runs single-process); results in the jobs' order."""
+    if procs > 1 and len(todo) > 1:
+        order = {j["metadata"]["name"]: i for i, j in enumerate(todo)}
+        todo = sorted(todo, key=lambda j: j["spec"]["workload"]["task"]["kind"] != "agentic-coding")
         ctx = mp.get_context("fork")
-        with ctx.Pool(args.procs) as pool:
-            res = pool.starmap(_bench_job_quiet, [(j, args.seeds, budgets, methods) for j in todo])
-        order = {j["metadata"]["name"]: i for i, j in enumerate(bench_jobs())}
+        with ctx.Pool(procs) as pool:
+            res = pool.starmap(_bench_job_quiet, [(j, seeds, budgets, methods) for j in todo])
         results = sorted(res, key=lambda r: order[r["job"]])
         print("\n---- per job ----")
         for r in results:
             print("\n".join(r.pop("log")))
-        results = [r for r in results if "error" not in r]
-    else:
-        for job in todo:
-            results.append(bench_job(job, args.seeds, budgets, log=lambda s: print(s, flush=True), methods=methods))
+        return [r for r in results if "error" not in r]
+    return [bench_job(j, seeds, budgets, log=lambda s: print(s, flush=True), methods=methods) for j in todo]
+
+
+SETS = {
+    "seed": ("results", "The eight seed-shaped jobs", "results.json"),
+    "generated": ("generated", "Generated jobs (bench.jobs.generated_jobs, fixed seed)", "results-generated.json"),
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    ap.add_argument("--set", choices=["seed", "generated", "both"], default="both", help="which job set(s)")
+    ap.add_argument("--jobs", help="comma-separated job names (default: the whole set)")
+    ap.add_argument("--seeds", type=int, default=10, help="seeds per job of the seed-shaped set")
+    ap.add_argument("--gen-seeds", type=int, default=3, help="seeds per job of the generated set")
+    ap.add_argument("--budgets", default="4,8,16")
+    ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmark.md")
+    ap.add_argument("--json-dir", default=str(ROOT / "bench"))
+    ap.add_argument("--procs", type=int, default=2, help="jobs benchmarked in parallel (processes)")
+    ap.add_argument("--from-json", action="store_true", help="only re-render docs/benchmark.md from the JSONs")
+    ap.add_argument("--methods", default=",".join(METHODS), help="methods to run (a subset is not written)")
+    args = ap.parse_args(argv)
+    budgets = [int(x) for x in args.budgets.split(",")]
+    methods = tuple(args.methods.split(","))
+    if set(methods) != set(METHODS) or args.jobs:
+        args.no_write = True
+    sets = ["seed", "generated"] if args.set == "both" else [args.set]
+    t0 = time.time()
+    for name in sets:
+        marker, title, fname = SETS[name]
+        seeds = args.seeds if name == "seed" else args.gen_seeds
+        path = Path(args.json_dir) / fname
+        if args.from_json:
+            results = _int_keys(json.loads(path.read_text()))
+        else:
+            print(f"==== {title}: {seeds} seeds, methods {', '.join(methods)}", flush=True)
+            results = run_set(select_jobs(args.jobs, name), seeds, budgets, methods, args.procs)
+            print(f"{name}: {time.time() - t0:.0f} s so far", flush=True)
+            path.write_text(json.dumps(results, indent=1, default=str))
+        if results and set(methods) == set(METHODS):
+            print("\n".join(render(results, budgets, seeds, title)), flush=True)
+        if not args.no_write and results:
+            write_markdown(results, budgets, seeds, ROOT / "docs" / "benchmark.md", marker, title)
     print(f"total {time.time() - t0:.0f} s")
-    Path(args.json).write_text(json.dumps(results, indent=1, default=str))
-    if not args.no_write and results:
-        write_markdown(results, budgets, args.seeds, ROOT / "docs" / "benchmark.md")
     return 0
 
 
