@@ -3,7 +3,6 @@
 import dataclasses
 
 import pytest
-
 from bench.jobs import generated_jobs, jobs
 from bench.run import (
     RIVALS,
@@ -14,6 +13,7 @@ from bench.run import (
     select_jobs,
     tuning_cost,
 )
+
 from rltune.api.models import RLTuningJobSpec
 from rltune.api.status import TrialState
 from rltune.tuner import Tuner
@@ -93,5 +93,7 @@ def test_generated_jobs_are_fixed_valid_and_apart_from_the_seed_jobs():
         placements.add(spec.baseline.placement)
         assert j["spec"]["workload"]["scenario"]  # perturbed efficiency factors
     assert kinds == {"math", "agentic-coding"} and placements == {"colocated", "disaggregated"}
-    assert any(j["spec"]["workload"]["task"].get("toolLatencySeconds") is None for j in a if "coding" in j["metadata"]["name"])
+    assert any(
+        j["spec"]["workload"]["task"].get("toolLatencySeconds") is None for j in a if "coding" in j["metadata"]["name"]
+    )
     assert len({j["metadata"]["name"] for j in a}) == len(a)
