@@ -197,9 +197,13 @@ class Tuner:
         and fits in memory, times budget.plannedSteps, minus what its own trial costs
         (its forecast objective for stepsPerTrial steps)."""
         b = self.spec.budget
-        inc = self.incumbent()
-        ei = expected_improvement(inc, cands) * np.array([self.p_pass(c.k) * c.p_fit for c in cands])
+        ei = self.constrained_ei(self.incumbent(), cands)
         return ei * b.planned_steps - np.array([c.objective for c in cands]) * b.steps_per_trial
+
+    def constrained_ei(self, inc: float, cands: list[Candidate]) -> np.ndarray:
+        """Expected improvement that counts only if the candidate passes the quality gates and
+        fits in memory: EI x p_pass x p_fit (what propose ranks by and done weighs)."""
+        return expected_improvement(inc, cands) * np.array([self.p_pass(c.k) * c.p_fit for c in cands])
 
     def _base_pred(self) -> Prediction:
         return self.forecaster.predict(self.baseline.config)
@@ -278,9 +282,7 @@ class Tuner:
         if inc is None:  # no measurement yet: best forecast first
             acq = -np.array([c.objective for c in cands])
         else:
-            acq = expected_improvement(inc, cands)
-            # constrained EI: it must pass the quality gates and fit in memory to count
-            acq = acq * np.array([self.p_pass(c.k) * c.p_fit for c in cands])
+            acq = self.constrained_ei(inc, cands)
         F = None
         out: list[Proposal] = []
         acq = acq.astype(float).copy()

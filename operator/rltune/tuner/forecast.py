@@ -219,15 +219,16 @@ class Forecaster:
             rollout_min_free=physics.DEFAULT_LIMITS.rollout_min_free,
             colocated_max=physics.DEFAULT_LIMITS.colocated_max,
         )
-        for cfg, _ in self.obs:
-            bd = self.raw(cfg.flat())
+        # (the memory fractions do not depend on the limits: one breakdown per measurement serves both)
+        fits = [self.raw(cfg.flat()) for cfg, _ in self.obs]
+        for bd in fits:
             lim["trainer_max"] = max(lim["trainer_max"], bd.trainer_mem_frac)
             lim["rollout_min_free"] = min(lim["rollout_min_free"], bd.rollout_free_frac)
             lim["colocated_max"] = max(lim["colocated_max"], bd.colocated_frac)
         self.limits = physics.MemLimits(**lim)
         self.memory = MemoryFit.learn(
             physics.DEFAULT_LIMITS,
-            [self.raw(cfg.flat()) for cfg, _ in self.obs],
+            fits,
             [(_oom_side(reason), self.raw(cfg.flat())) for cfg, reason in oom_failures],
         )
         self.seen = {(kn, f.get(kn)) for cfg, _ in self.obs for f in [self._feats(cfg.flat())] for kn in ALL_KNOBS_C}
