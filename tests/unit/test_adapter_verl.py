@@ -566,6 +566,7 @@ def _problems(backend: str, **knobs) -> list[str]:
         ("fsdp", {"gpus": 12}, "whole number"),
         ("fsdp", {"placement": "disaggregated", "trainerGpus": 12}, "whole number"),
         ("fsdp", {"rollout.tp": 8}, "tensor_model_parallel_size (8)"),
+        ("fsdp", {"gpus": 24, "rollout.tp": 12}, "not whole nodes"),
         ("fsdp", {"rollout.expertParallel": True}, "MoE"),
     ],
 )

@@ -279,8 +279,8 @@ def test_problem_is_a_frozen_value():
 @pytest.mark.parametrize(
     "paths, field, words",
     [
-        # rollout TP wider than a node (gpusPerNode 8)
-        ({"baseline__rollout__tp": 16}, "spec.baseline.rollout.tp", "wider than a node"),
+        # rollout TP wider than a node (gpusPerNode 8) but not whole nodes (a replica spanning nodes takes 2, 3, ...)
+        ({"baseline__rollout__tp": 12}, "spec.baseline.rollout.tp", "not whole nodes"),
         # rollout TP not dividing the attention heads (glm-flash: 20 heads)
         (
             {"workload__model": {"preset": "glm-flash"}, "baseline__rollout__tp": 8, "baseline__trainer__ep": 4},
@@ -343,8 +343,8 @@ def test_baseline_layout(paths, field, words):
 
 
 def test_layout_fix_offers_valid_values():
-    p = one(with_(demo(), baseline__rollout__tp=16))
-    assert "(valid here: rollout.tp 1, 2, 4, 8)" in p.message
+    p = one(with_(demo(), baseline__rollout__tp=12))
+    assert "(valid here: rollout.tp 1, 2, 4, 8, 16)" in p.message  # 16: a replica on two whole nodes
     p = one(with_(demo(), workload__model={"preset": "qwen3-30b-a3b", "experts": 100}))
     assert "(valid here: trainer.ep 1, 2, 4)" in p.message
     p = one(with_(demo(), baseline__trainer__pp=3))
@@ -480,7 +480,7 @@ def test_only_the_baseline_is_no_search():
 
 
 def test_no_valid_rollout_layout():
-    p = one(with_(demo(), searchSpace={"knobs": {"rollout.tp": [3, 16]}}, baseline__rollout__tp=2))
+    p = one(with_(demo(), searchSpace={"knobs": {"rollout.tp": [3, 12]}}, baseline__rollout__tp=2))
     assert p.field == "spec.searchSpace" and "no rollout layout is valid" in p.message
 
 

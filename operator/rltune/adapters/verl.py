@@ -687,6 +687,13 @@ class Verl:
                 f"{R}tensor_model_parallel_size ({r.tp}) * data_parallel_size ({dp}) must divide the rollout GPUs "
                 f"({rollout_gpus}) (verl/workers/engine_workers.py): choose another rollout.tp"
             )
+        world = r.tp * dp
+        if world > per_node and world % per_node:
+            out.append(
+                f"{R}tensor_model_parallel_size ({r.tp}) * data_parallel_size ({dp}) = {world} GPUs per replica spans "
+                f"nodes of {per_node} GPUs but not whole nodes (verl/workers/rollout/replica.py RolloutReplica: "
+                "nnodes = world_size // gpus_per_node): choose a rollout.tp that is a multiple of gpusPerNode"
+            )
         if m.heads % r.tp:
             out.append(
                 f"{R}tensor_model_parallel_size ({r.tp}) must divide the attention heads ({m.heads}) (vLLM): "

@@ -20,6 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
+from ..api.hardware import gpu as gpu_spec
 from ..api.models import ModelArch, RLTuningJobSpec
 
 # placement: where the halves run (placement, trainer split); sync: how weights move; trainer and
@@ -69,10 +70,65 @@ def _tp(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
     return [t for t in _pow2_upto(spec.resources.gpus_per_node) if m.heads % t == 0]
 
 
+# Past these shares of one GPU's memory a model is too big for the default ranges: rollout weights
+# beyond half the HBM leave the KV cache too little room at one node's TP, trainer state beyond 60%
+# leaves too little for activations at EP 16 / PP 4. Only then do the ranges grow (replicas spanning
+# nodes, wider expert and pipeline parallelism), so the spaces of models that fit stay as they are.
+SPAN_WEIGHT_SHARE = 0.5
+WIDE_STATE_SHARE = 0.6
+# A rollout replica spans at most this many nodes (vLLM serves DeepSeek-V3-sized MoEs on 2-4 nodes).
+MAX_REPLICA_NODES = 8
+
+
+def _rollout_tp(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
+    """Powers of two up to the node; when the weights at the node's TP would take more than half a
+    GPU, also whole multiples of the node up to the first TP where they take at most half, and one
+    more (a replica spanning nodes: vLLM's multi-node TP, all-reduces crossing the NICs or, on
+    NVL72 racks, the rack's NVLink)."""
+    gpn = spec.resources.gpus_per_node
+    out = _tp(spec, m)
+    hbm = gpu_spec(spec.resources.gpu_type).hbm_bytes
+    weights = m.params()[0] * m.bytes_per_param
+    if weights / gpn <= SPAN_WEIGHT_SHARE * hbm:
+        return out
+    cap = min(spec.resources.gpu_budget, MAX_REPLICA_NODES * gpn)
+    t, past = 2 * gpn, 0
+    while t <= cap and past < 2:
+        if m.heads % t == 0:
+            out.append(t)
+            past += weights / t <= SPAN_WEIGHT_SHARE * hbm
+        t *= 2
+    return out
+
+
+def _state_share(spec: RLTuningJobSpec, m: ModelArch, tp: int, pp: int, ep: int) -> float:
+    """Share of one GPU's memory the trainer's weights, gradients and distributed optimizer take at
+    this layout on the whole budget (Megatron: 6 + 12/d bytes per parameter, d its data-parallel
+    width; docs/references.md 'Performance-model facts')."""
+    budget = spec.resources.gpu_budget
+    routed = m.routed_params()
+    dense = m.params()[0] - routed
+    dp = max(1, budget // (tp * pp))
+    edp = max(1, budget // (ep * pp))
+    per_gpu = dense / (tp * pp) * (6 + 12 / dp) + routed / (ep * pp) * (6 + 12 / edp)
+    return per_gpu / gpu_spec(spec.resources.gpu_type).hbm_bytes
+
+
+def _wide(spec: RLTuningJobSpec, m: ModelArch) -> bool:
+    """The model's trainer state does not fit comfortably at the default ranges' widest layout."""
+    tp = max(_tp(spec, m) or [1])
+    return _state_share(spec, m, tp, 4, 16 if m.is_moe else 1) > WIDE_STATE_SHARE
+
+
 def _trainer_ep(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
     if not m.is_moe:
         return [1]
-    return [e for e in (1, 2, 4, 8, 16) if m.experts % e == 0 and e <= spec.resources.gpu_budget]
+    widths = (1, 2, 4, 8, 16, 32, 64) if _wide(spec, m) else (1, 2, 4, 8, 16)
+    return [e for e in widths if m.experts % e == 0 and e <= spec.resources.gpu_budget]
+
+
+def _trainer_pp(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
+    return [1, 2, 4, 8, 16] if _wide(spec, m) else [1, 2, 4]
 
 
 CATALOG: list[Knob] = [
@@ -127,7 +183,7 @@ CATALOG: list[Knob] = [
         "trainer",
         "int",
         1,
-        lambda s, m: [1, 2, 4],
+        _trainer_pp,
         "<= layers/4; tp*pp*cp divides the trainer GPUs",
         "shards layers (memory) at the price of the pipeline bubble (PP-1)/(m+PP-1)",
         layout=True,
@@ -197,9 +253,11 @@ CATALOG: list[Knob] = [
         "rollout",
         "int",
         1,
-        _tp,
-        "divides heads; <= GPUs per node; divides the rollout GPUs; weights/tp must fit in the memory share",
-        "bigger TP: lower per-token latency (long tail) but fewer replicas and more all-reduce per token",
+        _rollout_tp,
+        "divides heads; <= GPUs per node or whole nodes (a replica spanning nodes); divides the rollout GPUs; "
+        "weights/tp must fit in the memory share",
+        "bigger TP: lower per-token latency (long tail) but fewer replicas and more all-reduce per token; "
+        "beyond a node the all-reduces cross the NICs (or an NVL72 rack's NVLink)",
         layout=True,
         features={"rtp": _log2},
         prior_sd={"rollout": 0.4, "sync": 0.3},

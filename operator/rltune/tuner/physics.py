@@ -41,6 +41,11 @@ TRAINER_TEMP_BYTES = 6e9
 ITER_OVERHEAD_S = 1.5e-3  # scheduler + sampling per engine iteration
 LAUNCH_S_PER_LAYER = {True: 3e-6, False: 20e-6}  # CUDA graphs vs eager
 COLL_LATENCY_S = 6e-6
+# Scale-out network: a hop of a small InfiniBand/RoCE collective (NCCL's inter-node small-message
+# latency is of order 10 us) and the share of the NIC's line rate a collective achieves (DeepEP over
+# RDMA: ~45-58 of 100 GB/s per docs/references.md 'GPUs').
+NET_LATENCY_S = 10e-6
+NIC_EFF = 0.5
 
 
 @dataclass
@@ -211,9 +216,20 @@ def median_response(tf: TaskFacts) -> float:
 
 
 def _decode_iter(
-    mf: ModelFacts, g: GPU, tp: int, ep: bool, fp8: bool, graphs: bool, b: float, ctx: float, kv_tok_gpu: float
+    mf: ModelFacts,
+    g: GPU,
+    tp: int,
+    ep: bool,
+    fp8: bool,
+    graphs: bool,
+    b: float,
+    ctx: float,
+    kv_tok_gpu: float,
+    reach: int,
 ) -> float:
-    """Seconds of one decode iteration of one engine replica with b running sequences."""
+    """Seconds of one decode iteration of one engine replica with b running sequences; `reach` is
+    how many GPUs the replica's collectives reach over NVLink (a replica wider than that spans
+    NVLink domains and its collectives cross the scale-out NICs)."""
     wb = 1.0 if fp8 else 2.0
     touched = 0.0
     if mf.moe_layers:
@@ -227,13 +243,29 @@ def _decode_iter(
     t_cmp = 2.0 * mf.active * b / tp / (peak * DECODE_GEMM_EFF)
     t_comm = 0.0
     if tp > 1:
-        msg = b * mf.hidden * 2.0 * (tp - 1) / tp
+        # hierarchical all-reduce (NCCL's ring/tree across domains): NVLink inside each of the
+        # `domains` NVLink domains, then the NICs, each GPU's NIC carrying 1/inner of the data, and
+        # ~2 log2(domains) network hops of latency (docs/references.md 'GPUs')
+        inner = min(tp, reach)
+        domains = math.ceil(tp / inner)
+        tok = b * mf.hidden * 2.0
+        lat = COLL_LATENCY_S
+        net = 0.0
+        if domains > 1:
+            lat += 2 * math.ceil(math.log2(domains)) * NET_LATENCY_S
+            net = tok * 2 * (domains - 1) / domains / inner / (g.nic_bw * NIC_EFF)
+        ar = lat + tok * (inner - 1) / inner / g.nvlink_bw + net
         n_ar = 2 * mf.layers
         if ep and mf.moe_layers:
             n_ar = 2 * mf.layers - mf.moe_layers
-            a2a = mf.moe_layers * 2 * (COLL_LATENCY_S * 1.5 + b * mf.k * mf.hidden * 2.0 / tp / g.nvlink_bw)
-            t_comm += a2a
-        t_comm += n_ar * (COLL_LATENCY_S + msg / g.nvlink_bw)
+            # dispatch + combine: the share of a token's experts on other domains crosses the NICs
+            off = (tp - inner) / tp
+            per_tok = mf.k * mf.hidden * 2.0 / tp
+            a2a_lat = COLL_LATENCY_S * 1.5 + (NET_LATENCY_S if domains > 1 else 0.0)
+            t_comm += (
+                mf.moe_layers * 2 * (a2a_lat + b * per_tok * ((1 - off) / g.nvlink_bw + off / (g.nic_bw * NIC_EFF)))
+            )
+        t_comm += n_ar * ar
     t_launch = mf.layers * LAUNCH_S_PER_LAYER[bool(graphs)] + ITER_OVERHEAD_S
     return max(t_mem, t_cmp) + t_comm + t_launch
 
@@ -260,8 +292,10 @@ def rollout_part(
     graphs: bool,
     fp8: bool,
     partial: bool,
+    reach: int,
 ) -> RolloutPart:
-    """The rollout half on `gpus_r` GPUs (cached: a search space is a product of halves)."""
+    """The rollout half on `gpus_r` GPUs (cached: a search space is a product of halves); `reach`:
+    the GPUs one NVLink domain holds for this job (`GPU.nvlink_reach`)."""
     g = gpu_lookup(gname)
     replicas = gpus_r // tp
     if replicas < 1:
@@ -289,7 +323,7 @@ def rollout_part(
     # An agentic episode waits tau seconds for tools per generated token on average; while it waits
     # it holds a sandbox but no decode slot. Plain generation: tau = 0.
     tau = tf.tool_per_token
-    it = lambda m, i: _decode_iter(mf, g, tp, ep, fp8, graphs, max(1.0, m), tf.prompt + i, kv_tok_gpu)
+    it = lambda m, i: _decode_iter(mf, g, tp, ep, fp8, graphs, max(1.0, m), tf.prompt + i, kv_tok_gpu, reach)
 
     def rate(m: float, i: float) -> tuple[float, float]:
         """(seconds per generated token of one of m live episodes at position i, share decoding)."""
@@ -426,7 +460,9 @@ def trainer_part(
     ex_gpu = routed / (max(ep, 1) * pp) if mf.moe_layers else 0.0
     edp = max(1, gpus_t // (max(ep, 1) * pp))
     if offload:
-        state = (ne_gpu + ex_gpu) * 2.0
+        # optimizer CPU offload moves the Adam moments and fp32 master weights; the bf16 weights and
+        # their gradients stay on the GPU for the forward and backward passes
+        state = (ne_gpu + ex_gpu) * 4.0
     else:
         state = ne_gpu * (6.0 + 12.0 / (dp * cp)) + ex_gpu * (6.0 + 12.0 / edp)
     s = mbt / cp
@@ -534,6 +570,7 @@ def breakdown(
         k["rollout.cudaGraphs"],
         k["rollout.fp8"],
         bool(k["async.partialRollout"] and stale >= 1),
+        g.nvlink_reach(gpus_per_node),
     )
     tr = trainer_part(
         mf,

@@ -30,7 +30,7 @@ from ..adapters.registry import problems as framework_problems
 from ..api.models import ModelArch, RLConfig, RLTuningJobSpec
 from . import physics
 from .forecast import Forecaster, features
-from .knobs import BY_PATH, CATALOG, CPU_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS
+from .knobs import BY_PATH, CATALOG, CPU_KNOBS, MAX_REPLICA_NODES, ROLLOUT_KNOBS, TRAINER_KNOBS
 from .memfit import P_FIT_MIN
 from .records import objective_of
 
@@ -119,8 +119,10 @@ class Space:
 
     def rollout_valid(self, r: dict, gr: int) -> Optional[str]:
         tp = r["rollout.tp"]
-        if tp > self.gpn:
-            return "rollout TP spans nodes"
+        if tp > self.gpn and tp % self.gpn:
+            return "rollout TP spans part of a node"
+        if tp > MAX_REPLICA_NODES * self.gpn:
+            return "rollout TP spans too many nodes"
         if self.model.heads % tp:
             return f"rollout TP {tp} does not divide {self.model.heads} heads"
         if gr % tp:
@@ -247,6 +249,7 @@ def candidates(
     mf = physics.facts_cached(space.model)
     tf = fc.task  # the task as measured (response length, learned tool latency)
     gname = gspec.resources.gpu_type
+    reach = physics.gpu_lookup(gname).nvlink_reach(space.gpn)
 
     best_r: dict[tuple, list[dict]] = {}
     best_t: dict[int, list[dict]] = {}
@@ -278,6 +281,7 @@ def candidates(
                     r["rollout.cudaGraphs"],
                     r["rollout.fp8"],
                     partial,
+                    reach,
                 )
                 if not ro.feasible or fc.memory.p_side("rollout", -ro.free_frac) < P_FIT_MIN:
                     continue

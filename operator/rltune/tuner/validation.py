@@ -30,7 +30,7 @@ from ..adapters.registry import FRAMEWORKS
 from ..adapters.registry import problems as framework_problems
 from ..api.models import RLConfig, RLTuningJobSpec
 from . import physics
-from .knobs import BY_PATH, ROLLOUT_KNOBS, TRAINER_KNOBS
+from .knobs import BY_PATH, MAX_REPLICA_NODES, ROLLOUT_KNOBS, TRAINER_KNOBS
 from .search import Space
 
 # The knobs the layout rules read; the other knobs of a half never change its validity.
@@ -193,11 +193,19 @@ def _layout_problem(space: Space, side: str, reason: str, full: dict, gr: int, g
     rt = lambda k: space.rollout_valid(k, gr)  # noqa: E731
     tt = lambda k: space.trainer_valid(k, gt)  # noqa: E731
     if side == "rollout":
-        if reason.startswith("rollout TP spans nodes"):
+        if reason.startswith("rollout TP spans part of a node"):
             return Problem(
                 "spec.baseline.rollout.tp",
                 f"rollout TP {full['rollout.tp']} is wider than a node (spec.resources.gpusPerNode = "
-                f"{space.gpn}): one vLLM replica must fit in a node" + _alternatives(rt, full, "rollout.tp", _TRY),
+                f"{space.gpn}) but not whole nodes: a vLLM replica spanning nodes takes a whole number of "
+                "them" + _alternatives(rt, full, "rollout.tp", _TRY),
+            )
+        if reason.startswith("rollout TP spans too many nodes"):
+            return Problem(
+                "spec.baseline.rollout.tp",
+                f"rollout TP {full['rollout.tp']} spans more than {MAX_REPLICA_NODES} nodes of {space.gpn} GPUs: "
+                "use a smaller rollout TP (with expertParallel for MoE models)"
+                + _alternatives(rt, full, "rollout.tp", _TRY),
             )
         if re.match(r"rollout TP \d+ does not divide \d+ heads", reason):
             return Problem(
