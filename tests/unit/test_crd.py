@@ -57,6 +57,7 @@ def test_preserve_unknown_fields_only_where_free_form():
             ".spec.searchSpace.knobs.*[]",
             ".status.trials[].config",
             ".status.best.config",
+            ".status.poolOffer.config",
         ]
     )
 

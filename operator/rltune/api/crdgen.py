@@ -398,7 +398,22 @@ def spec_schema() -> dict:
             ".parallelTrials",
         ),
     ]
+    # other pools: one entry per name (a map-typed list: the API server refuses duplicates)
+    pools = _at(s, "resources.pools")
+    pools["x-kubernetes-list-type"] = "map"
+    pools["x-kubernetes-list-map-keys"] = ["name"]
     s["x-kubernetes-validations"] = [
+        _rule(
+            "!has(self.resources.pools) || has(self.resources.pricePerGpuHour)",
+            "spec.resources.pricePerGpuHour is required by resources.pools: set the price of one GPU-hour in this pool",
+            ".resources.pricePerGpuHour",
+        ),
+        _rule(
+            "!has(self.objective) || self.objective != 'costPerStep' || has(self.resources.pricePerGpuHour)",
+            "spec.resources.pricePerGpuHour is required by objective costPerStep: set the price of one GPU-hour in "
+            "this pool",
+            ".resources.pricePerGpuHour",
+        ),
         _rule(
             "!has(self.baseline) || !has(self.baseline.gpus) || self.baseline.gpus <= self.resources.gpuBudget",
             "spec.baseline.gpus must not exceed spec.resources.gpuBudget: raise the budget or lower baseline.gpus",

@@ -360,8 +360,49 @@ class Workload(CamelModel):
         return v
 
 
+GpuType = Literal["H100", "H200", "H20", "H800", "B200", "B300", "GB200", "GB300", "CPU"]
+POOLS_MAX = 8
+
+
+def _selector_problems(where: str, v: Optional[dict[str, str]]) -> None:
+    for key, value in (v or {}).items():
+        why = label_key_problem(key)
+        if why:
+            raise ValueError(f"{where}: {why}")
+        if not re.fullmatch(LABEL_VALUE_PATTERN, value):
+            raise ValueError(
+                f"{where}[{key!r}]: {value[:80]!r} is not a label value: at most "
+                "63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric"
+            )
+
+
+class GpuPool(CamelModel):
+    """Another GPU pool the job could run on, with its price: the tuner forecasts the job there from
+    what it measured here and, when the forecast says cheaper, confirms it with one trial there."""
+
+    name: str = Field(max_length=63, pattern=QUEUE_NAME_PATTERN, description="Name of the pool (a DNS label).")
+    gpu_type: GpuType = Field(description="GPU type of the pool's nodes.")
+    gpus_per_node: int = Field(8, ge=1, le=72, description="GPUs per node in the pool.")
+    gpu_budget: Optional[int] = Field(
+        None, ge=1, le=4096, description="Most GPUs the job may use in that pool; default resources.gpuBudget."
+    )
+    price_per_gpu_hour: float = Field(gt=0, le=1e6, description="Price of one GPU-hour there (the job's currency).")
+    node_selector: Optional[dict[str, LabelValue]] = Field(
+        None,
+        max_length=NODE_SELECTOR_MAX,
+        description="Node selector of the pool's trial pods (not resources.nodeSelector); default: none, the GPU "
+        "product and the operator's gpuPool.nodeSelector choose.",
+    )
+
+    @field_validator("node_selector")
+    @classmethod
+    def _labels(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
+        _selector_problems("spec.resources.pools[].nodeSelector", v)
+        return v
+
+
 class Resources(CamelModel):
-    gpu_type: Literal["H100", "H200", "H20", "H800", "B200", "B300", "GB200", "GB300", "CPU"] = Field(
+    gpu_type: GpuType = Field(
         "B300",
         description="GPU type of the node pool (trial pods select every nvidia.com/gpu.product string known for it).",
     )
@@ -407,19 +448,24 @@ class Resources(CamelModel):
         description="Kueue WorkloadPriorityClass of the trials (label kueue.x-k8s.io/priority-class); only with "
         "a queue.",
     )
+    price_per_gpu_hour: Optional[float] = Field(
+        None,
+        gt=0,
+        le=1e6,
+        description="Price of one GPU-hour in this pool (any currency, the same for every pool): needed by "
+        "objective costPerStep and by pools.",
+    )
+    pools: Optional[list[GpuPool]] = Field(
+        None,
+        max_length=POOLS_MAX,
+        description="Other GPU pools the job could move to, with their prices: the tuner forecasts the winner's "
+        "cost per step there and confirms a cheaper pool with one trial (status.poolOffer).",
+    )
 
     @field_validator("node_selector")
     @classmethod
     def _label_keys(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
-        for key, value in (v or {}).items():
-            why = label_key_problem(key)
-            if why:
-                raise ValueError(f"spec.resources.nodeSelector: {why}")
-            if not re.fullmatch(LABEL_VALUE_PATTERN, value):
-                raise ValueError(
-                    f"spec.resources.nodeSelector[{key!r}]: {value[:80]!r} is not a label value: at most "
-                    "63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric"
-                )
+        _selector_problems("spec.resources.nodeSelector", v)
         return v
 
     @field_validator("tolerations")
@@ -689,8 +735,10 @@ class RLTuningJobSpec(CamelModel):
     baseline: RLConfig = Field(default_factory=RLConfig, description="The configuration the user runs today.")
     search_space: SearchSpace = Field(default_factory=SearchSpace, description="Which knobs may move and where.")
     constraints: Constraints = Field(default_factory=Constraints, description="Limits a winner must respect.")
-    objective: Literal["stepTime", "gpuSecondsPerStep"] = Field(
-        "stepTime", description="What to minimise: seconds per RL step, or GPU-seconds per RL step."
+    objective: Literal["stepTime", "gpuSecondsPerStep", "costPerStep"] = Field(
+        "stepTime",
+        description="What to minimise: seconds per RL step, GPU-seconds per RL step, or cost per RL step "
+        "(resources.pricePerGpuHour x GPUs x seconds; needs the price).",
     )
     budget: Budget = Field(default_factory=Budget, description="How much trial work the search may spend.")
     metrics: MetricsSource = Field(default_factory=MetricsSource, description="Where trial metrics are read.")
@@ -709,6 +757,15 @@ class RLTuningJobSpec(CamelModel):
                 "raise the budget or lower baseline.gpus"
             )
         self.workload.model.resolved()  # names the missing field if the architecture is incomplete
+        res = self.resources
+        if (self.objective == "costPerStep" or res.pools) and res.price_per_gpu_hour is None:
+            need = "objective costPerStep" if self.objective == "costPerStep" else "resources.pools"
+            raise ValueError(
+                f"spec.resources.pricePerGpuHour is required by {need}: set the price of one GPU-hour in this pool"
+            )
+        names = [p.name for p in res.pools or []]
+        if len(set(names)) != len(names):
+            raise ValueError(f"spec.resources.pools: names must be unique (got {names})")
         budget = self.resources.gpu_budget
         if self.search_space.min_gpus is not None and self.search_space.min_gpus > budget:
             raise ValueError(
@@ -727,6 +784,27 @@ class RLTuningJobSpec(CamelModel):
                     "raise the budget or remove those GPU counts"
                 )
         return self
+
+
+def pool_spec(spec: RLTuningJobSpec, pool: GpuPool) -> RLTuningJobSpec:
+    """The job as it would run in `pool`: the same workload, baseline and search, the pool's GPUs, node
+    size, budget, node selector and price (the trials there select the pool's GPU product)."""
+    res = spec.resources.model_copy(
+        update={
+            "gpu_type": pool.gpu_type,
+            "gpus_per_node": pool.gpus_per_node,
+            "gpu_budget": pool.gpu_budget or spec.resources.gpu_budget,
+            # the home pool's selector would pin the trial to the home nodes: the pool's own, or none
+            # (the GPU product affinity and the operator's gpuPool.nodeSelector then choose)
+            "node_selector": pool.node_selector,
+            "price_per_gpu_hour": pool.price_per_gpu_hour,
+            "pools": None,
+        }
+    )
+    base = spec.baseline
+    if base.gpus and base.gpus > res.gpu_budget:
+        base = base.model_copy(update={"gpus": None})
+    return spec.model_copy(update={"resources": res, "baseline": base})
 
 
 # --------------------------------------------------------------------------- trial contract

@@ -123,8 +123,11 @@ class TrialStatus(CamelModel):
     """One trial, compact: its configuration is stored as the knobs that differ from the baseline."""
 
     id: str = Field(description="Trial id (baseline, t1, t2, ..., c1 for confirmation runs); part of pod names.")
-    kind: Literal["baseline", "search", "confirm"] = Field("search", description="Why the trial ran.")
+    kind: Literal["baseline", "search", "confirm", "pool"] = Field(
+        "search", description="Why the trial ran (pool: the winner's cheapest forecast on another GPU pool)."
+    )
     of: Optional[str] = Field(None, description="Confirmation runs: the id of the trial being confirmed.")
+    pool: Optional[str] = Field(None, description="Pool trials: the spec.resources.pools entry it ran in.")
     config: dict[str, Any] = Field(
         default_factory=dict,
         description="Knob path -> value for every knob that differs from the baseline (empty = the baseline).",
@@ -183,6 +186,31 @@ class BestStatus(CamelModel):
     mode: Optional[str] = Field(None, description="verl/OpenRLHF: the framework mode the winner runs in.")
 
 
+class PoolOfferStatus(CamelModel):
+    """Another GPU pool against the winner here, in cost per step (spec.resources.pools)."""
+
+    pool: str = Field(description="The pool's name in spec.resources.pools.")
+    gpu_type: str = Field(description="The pool's GPU type.")
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Knob path -> value of its cheapest forecast configuration (vs the baseline)."
+    )
+    gpus: int = Field(description="GPUs that configuration uses there.")
+    forecast_seconds: float = Field(description="Forecast seconds per step there (before its trial ran).")
+    forecast_cost_per_step: float = Field(description="Forecast cost per step there, at its price.")
+    home_cost_per_step: float = Field(description="Measured cost per step of the winner in this pool.")
+    trial: Optional[str] = Field(None, description="The trial that measured it there (none: not worth a trial).")
+    measured_seconds: Optional[float] = Field(None, description="Measured seconds per step there.")
+    measured_cost_per_step: Optional[float] = Field(None, description="Measured cost per step there.")
+    saving: Optional[float] = Field(
+        None, description="Measured share of the cost per step saved by moving (negative: dearer)."
+    )
+    cost_to_planned_steps: Optional[float] = Field(
+        None, description="Measured cost per step there x budget.plannedSteps (the production run's cost)."
+    )
+    recommended: bool = Field(False, description="Measured cheaper there: moving is recommended.")
+    message: str = Field("", description="The verdict in one line.")
+
+
 class DroppedKnob(CamelModel):
     """A knob the job's framework cannot express: pinned to the baseline, never searched."""
 
@@ -207,6 +235,9 @@ class RLTuningJobStatus(CamelModel):
     )
     framework: Optional[str] = Field(
         None, description="verl/OpenRLHF: the adapter used: framework, the version it was checked against, backend."
+    )
+    pool_offer: Optional[PoolOfferStatus] = Field(
+        None, description="spec.resources.pools: the cheapest other pool for the winner, forecast and measured."
     )
     dropped_knobs: Optional[list[DroppedKnob]] = Field(
         None, description="Knobs the framework cannot express (pinned to the baseline), with the reason."
