@@ -247,6 +247,8 @@ def cmd_tune(args) -> int:
             print(f"  {k}: {_v(a)} -> {_v(b)}")
     if res.forecast_error is not None:
         print(f"forecaster median |error|: {res.forecast_error:.1%}")
+    if res.status.pool_offer is not None:
+        print(f"other pools: {res.status.pool_offer.message}")
     result = results_dict(ns, name, spec, res, mode)
     if out_json:
         Path(out_json).write_text(json.dumps(result, indent=1))
@@ -271,6 +273,7 @@ def results_dict(ns, name, spec, res, mode) -> dict:
         "forecastError": res.forecast_error,
         "profile": res.profile.dump() if res.profile is not None else None,
         "timeline": [list(t) for t in res.timeline],
+        "poolOffer": res.status.pool_offer.model_dump(by_alias=True) if res.status.pool_offer else None,
     }
 
 

@@ -646,3 +646,44 @@ def test_promql_scoring_from_real_prometheus(bed, ns):
     assert prom.delete_group(bed.pushgateway_url, ns, job, tid)
     groups = requests.get(f"{bed.pushgateway_url}/api/v1/metrics", timeout=5).json()["data"]
     assert not [g for g in groups if g["labels"].get("namespace") == ns]
+
+
+@pytest.fixture
+def h200_pool(bed):
+    """Two 8-GPU H200 kwok nodes (GFD labels of an H200) beside the bed's B300 pool."""
+    core = bed.core()
+    name = bedlib.unique("rlt-h200")
+    try:
+        bedlib.create_pool(core, name, "H200", nodes=2, gpus_per_node=8)
+        yield name
+    finally:
+        bedlib.delete_pool(core, name)
+
+
+def test_a_cheaper_pool_is_measured_on_its_own_nodes(bed, ns, h200_pool):
+    """spec.resources.pools: after the search the winner's cheapest forecast in the H200 pool runs as
+    one trial there; its pods select the H200 product and the pool's nodeSelector and bind to its
+    nodes, and status.poolOffer carries the measured cost per step against the winner here."""
+    doc = job_doc(bed, maxTrials=2, parallelTrials=1)
+    res = doc["spec"]["resources"]
+    res["pricePerGpuHour"] = 6.0
+    res["pools"] = [
+        {"name": "h200", "gpuType": "H200", "pricePerGpuHour": 0.5, "nodeSelector": {"rltune.io/pool": h200_pool}}
+    ]
+    ledger = PodLedger(bed, ns)
+    create_job(bed, ns, doc)
+    st = drive(bed, ns, "tune", timeout=180)
+    ledger.stop()
+    assert st["phase"] == "Succeeded", json.dumps(st, indent=1)[:3000]
+    pool = [t for t in st["trials"] if t["kind"] == "pool"]
+    assert len(pool) == 1 and pool[0]["pool"] == "h200" and pool[0]["state"] == "Succeeded", pool
+    po = st["poolOffer"]
+    assert po["trial"] == pool[0]["id"] and po["gpuType"] == "H200" and po["measuredSeconds"] > 0, po
+    assert po["measuredCostPerStep"] == pytest.approx(0.5 * pool[0]["gpus"] * po["measuredSeconds"] / 3600, rel=1e-3)
+    pods = [p for n, p in ledger.pods.items() if n.startswith(P.pod_name("tune", pool[0]["id"], 0)[:-1])]
+    assert pods and all(p.spec.node_name and p.spec.node_name.startswith(h200_pool) for p in pods), [
+        (p.metadata.name, p.spec.node_name) for p in pods
+    ]
+    assert all(p.spec.node_selector == {"rltune.io/pool": h200_pool} for p in pods)
+    others = [p for n, p in ledger.pods.items() if p not in pods and p.spec.node_name]
+    assert others and not any(p.spec.node_name.startswith(h200_pool) for p in others)

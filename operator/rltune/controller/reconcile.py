@@ -297,11 +297,13 @@ class Reconciler:
                 missing = (
                     t.id not in rayjobs
                     if on_ray
-                    else len(pods_by_trial.get(t.id, [])) < P.ranks_for(t.gpus or 1, spec.resources.gpus_per_node)
+                    else len(pods_by_trial.get(t.id, []))
+                    < P.ranks_for(t.gpus or 1, R.spec_of_trial(spec, t).resources.gpus_per_node)
                 )
                 if t.state == TrialState.PENDING and missing:
-                    manifests = self._manifests(body, spec, t)
-                    r = self._refusal(manifests, spec.resources.gpus_per_node)
+                    tspec = R.spec_of_trial(spec, t)  # a pool trial runs in its pool
+                    manifests = self._manifests(body, tspec, t)
+                    r = self._refusal(manifests, tspec.resources.gpus_per_node)
                     if r is None:
                         create.extend(manifests)
                     elif r is not QUOTA_FULL:  # a full quota: stays Pending, scheduleTimeoutSeconds applies
@@ -335,7 +337,7 @@ class Reconciler:
             if not t.state.is_active:
                 continue
             pods = pods_by_trial.get(t.id, [])
-            n = P.ranks_for(t.gpus or 1, spec.resources.gpus_per_node)
+            n = P.ranks_for(t.gpus or 1, R.spec_of_trial(spec, t).resources.gpus_per_node)
             if t.id in rayjobs or adapter_for(spec.workload.framework) is not None:
                 # a RayJob: the head and workers hold the GPUs; the Ray job's status says how it ended
                 pods = [p for p in pods if p["metadata"]["labels"].get(P.LABEL_RANK) != "submitter"]

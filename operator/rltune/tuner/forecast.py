@@ -93,6 +93,11 @@ ALL_KNOBS_C = tuple(
     dict.fromkeys(ROLLOUT_KNOBS_C + TRAINER_KNOBS_C + SYNC_KNOBS_C + ("async.partialRollout", "c:gpus"))
 )
 UNCALIBRATED_SD = 0.30  # relative uncertainty of the physics prior with no measurement at all
+# Relative uncertainty a forecast gains when the job's calibration is carried to another GPU type:
+# the corrections measured here (how this framework and workload deviate from the physics) are
+# assumed to hold there, and the physics' GPU-to-GPU ratio is what is left unmeasured. Prior, checked
+# against the twin in tests/unit/test_pools.py (docs/tuner.md "Other GPU pools").
+TRANSFER_SD = 0.12
 
 
 def features(k: dict, gpus: int, gt: int, gr: int) -> dict[str, float]:
@@ -232,7 +237,23 @@ class Forecaster:
             [(_oom_side(reason), self.raw(cfg.flat())) for cfg, reason in oom_failures],
         )
         self.seen = {(kn, f.get(kn)) for cfg, _ in self.obs for f in [self._feats(cfg.flat())] for kn in ALL_KNOBS_C}
+        self.transfer_sd = 0.0
         self._fit()
+
+    def on_pool(self, spec: RLTuningJobSpec) -> "Forecaster":
+        """This job's forecaster carried to the GPUs of `spec` (rltune.api.models.pool_spec): the same
+        fitted corrections over the other hardware's physics, the physics' own memory limits (what
+        fits here says little about another HBM size) and TRANSFER_SD more uncertainty."""
+        other = object.__new__(Forecaster)
+        other.__dict__.update(self.__dict__)
+        other.spec = spec
+        other.gpu_type = spec.resources.gpu_type
+        other.gpn = spec.resources.gpus_per_node
+        other.budget = spec.resources.gpu_budget
+        other.limits = physics.DEFAULT_LIMITS
+        other.memory = MemoryFit.learn(physics.DEFAULT_LIMITS, [], [])
+        other.transfer_sd = TRANSFER_SD
+        return other
 
     def _feats(self, k: dict) -> dict:
         gpus, gt, gr = physics.split(k, self.budget, self.gpn)
@@ -453,6 +474,7 @@ class Forecaster:
                 std = step * math.sqrt(rel**2 + ss[j] ** 2)
             else:
                 std = step * UNCALIBRATED_SD
+            std = math.hypot(std, step * self.transfer_sd)
             out[i] = Prediction(
                 step,
                 std,

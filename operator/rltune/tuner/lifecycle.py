@@ -12,6 +12,10 @@ Nothing here knows Kubernetes, so the lifecycle is unit-tested with plain data.
                    v            v  +----------+ (the winner did not confirm: next best)
                  Failed       Failed
 
+A job with other GPU pools (spec.resources.pools) stays Confirming for one more trial when the
+forecast says the winner is cheaper per step in another pool (rltune.tuner.pools): that trial runs
+there, and its measurement, not the forecast, goes into status.poolOffer.
+
 Budget and failure accounting live in one place each: the search's budget in `_search`, failures
 against `budget.maxFailedTrials` there too; the Tuner decides when the search is exhausted.
 """
@@ -34,6 +38,7 @@ from ..api.status import (
     DroppedKnob,
     FailureCause,
     Phase,
+    PoolOfferStatus,
     RLTuningJobStatus,
     TrialState,
     TrialStatus,
@@ -104,6 +109,11 @@ def _finite(x: Optional[float]) -> Optional[float]:
 
 
 # --------------------------------------------------------------------------- time and conditions
+
+
+def _cheaper(saving: float) -> str:
+    """A saving in cost per step in words: '23% cheaper per step' / '12% dearer per step'."""
+    return f"{abs(saving):.0%} {'cheaper' if saving >= 0 else 'dearer'} per step"
 
 
 def now_iso(t: Optional[float] = None) -> str:
@@ -323,11 +333,13 @@ class _Lifecycle:
         predicted=None,
         predicted_std=None,
         of: Optional[str] = None,
+        pool: Optional[str] = None,
     ) -> TrialStatus:
         t = TrialStatus(
             id=trial_id,
             kind=kind,
             of=of,
+            pool=pool,
             config=R.config_diff(self.spec.baseline, config),  # type: ignore[arg-type]
             gpus=R.gpus_of(self.spec, config),
             steps=steps,
@@ -438,7 +450,9 @@ class _Lifecycle:
         if t.retry_of is not None or self.status.phase.is_terminal:
             return
         cfg = self.config_of(t)
-        r = self.add_trial(f"{t.id}-retry", t.kind, cfg, t.steps, t.predicted_seconds, t.predicted_std, of=t.of)
+        r = self.add_trial(
+            f"{t.id}-retry", t.kind, cfg, t.steps, t.predicted_seconds, t.predicted_std, of=t.of, pool=t.pool
+        )
         r.retry_of = t.id
 
     def refused(self, t: TrialStatus, r: Refusal) -> None:
@@ -502,10 +516,16 @@ class _Lifecycle:
             else:
                 self.finish(t, TrialState.SUCCEEDED, "")
             return
-        judged = self.tuner().judge(R.to_record(self.spec, t), summary)
+        spec = R.spec_of_trial(self.spec, t)
+        judge = (
+            self.tuner()
+            if spec is self.spec
+            else R.make_tuner(spec, [x for x in self.status.trials if x.kind == "baseline"])
+        )
+        judged = judge.judge(R.to_record(self.spec, t), summary)
         R.apply_judgement(t, judged, keep_rewards=False)
         if t.objective is None and summary.steps:
-            t.objective = R.objective_of(self.spec, summary.step_time_mean, t.gpus)
+            t.objective = R.objective_of(spec, summary.step_time_mean, t.gpus)
         self.finish(t, t.state, t.reason or "", FailureCause.NO_STEADY_STATE if t.state == TrialState.FAILED else None)
 
     # ---------------------------------------------------------------- the phases
@@ -517,7 +537,10 @@ class _Lifecycle:
         if st.phase == Phase.SEARCHING:
             self.search()
         if st.phase == Phase.CONFIRMING:
-            self.after_confirming()
+            if any(t.kind == "pool" for t in st.trials):
+                self.after_pool()
+            else:
+                self.after_confirming()
         if st.phase not in (Phase.PENDING, Phase.PROFILING) and any(t.kind == "search" for t in st.trials):
             fe = self.tuner().forecast_error()
             if fe is not None and fe == fe:
@@ -668,6 +691,81 @@ class _Lifecycle:
         self.status.speedup = f"{speed:.2f}x"
 
     def succeed(self, why: str) -> None:
+        if not self.offer_pool():
+            self.succeeded(why)
+
+    def offer_pool(self) -> bool:
+        """spec.resources.pools: weigh the cheapest other pool against the winner's measured cost here;
+        start its trial when the forecast saving over budget.plannedSteps pays for it (True: the job
+        stays Confirming until it ends), else record the forecast verdict."""
+        from .pools import offers
+
+        st, b = self.status, self.status.best
+        if not self.spec.resources.pools or b is None or any(t.kind == "pool" for t in st.trials):
+            return False
+        found = offers(self.spec, self.tuner().forecaster, b.step_seconds, b.gpus)
+        if not found:
+            st.pool_offer = None
+            self.info("PoolOffer", "no other pool is forecast to run the job")
+            return False
+        o = found[0]
+        st.pool_offer = PoolOfferStatus(
+            pool=o.pool.name,
+            gpu_type=o.pool.gpu_type,
+            config=R.config_diff(self.spec.baseline, o.config),
+            gpus=o.gpus,
+            forecast_seconds=round(o.step_seconds, 3),
+            forecast_cost_per_step=round(o.cost_per_step, 6),
+            home_cost_per_step=round(o.home_cost_per_step, 6),
+        )
+        verdict = (
+            f"pool {o.pool.name} ({o.gpus}x {o.pool.gpu_type}): forecast {o.step_seconds:.1f}s/step, "
+            f"{_cheaper(o.saving)} than the winner here (p={o.p_cheaper:.2f} that it is cheaper)"
+        )
+        if not o.worth_a_trial:
+            st.pool_offer.message = f"{verdict}: not worth a trial (expected saving below its cost)"
+            self.info("PoolOffer", st.pool_offer.message)
+            return False
+        tid = f"p{st.next_trial}"
+        st.next_trial += 1
+        self.add_trial(
+            tid, "pool", o.config, self.spec.budget.steps_per_trial, o.step_seconds, o.step_std, pool=o.pool.name
+        )
+        st.pool_offer.trial = tid
+        st.pool_offer.message = f"{verdict}: measuring it with trial {tid}"
+        self.phase(Phase.CONFIRMING, st.pool_offer.message)
+        return True
+
+    def after_pool(self) -> None:
+        """The pool trial ended: its measurement decides the recommendation, then the job succeeds."""
+        from .pools import cost_per_step
+
+        t = [x for x in self.status.trials if x.kind == "pool"][-1]
+        if t.state.is_active:
+            return
+        po = self.status.pool_offer
+        if po is None or self.status.best is None:
+            self.phase(Phase.SEARCHING, "pool offer lost; concluding again")
+            return
+        pool = next((p for p in self.spec.resources.pools or [] if p.name == t.pool), None)
+        if t.state == TrialState.SUCCEEDED and t.measured_seconds and pool is not None:
+            cost = cost_per_step(pool.price_per_gpu_hour, t.gpus, t.measured_seconds)
+            po.measured_seconds, po.measured_cost_per_step = round(t.measured_seconds, 3), round(cost, 6)
+            po.saving = round(1.0 - cost / po.home_cost_per_step, 4)
+            po.cost_to_planned_steps = round(cost * self.spec.budget.planned_steps, 2)
+            po.recommended = po.saving > 0
+            po.message = (
+                f"pool {po.pool} measured {t.measured_seconds:.1f}s/step on {t.gpus}x {po.gpu_type}: "
+                f"{_cheaper(po.saving)} than the winner here"
+                + (": moving is recommended" if po.recommended else ": stay")
+            )
+        else:
+            po.recommended = False
+            po.message = f"pool {po.pool}: trial {t.id} {t.state}" + (f": {t.reason}" if t.reason else "")
+        self.info("PoolOffer", po.message, t.id)
+        self.succeeded("confirmed" if self.status.best.confirmed else "search done")
+
+    def succeeded(self, why: str) -> None:
         b = self.status.best
         msg = (
             f"best {b.trial}: {b.step_seconds:.1f}s/step, {self.status.speedup} faster than the baseline on "

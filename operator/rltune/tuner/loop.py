@@ -87,7 +87,7 @@ def run(
                         namespace,
                         job,
                         t.id,
-                        spec,
+                        R.spec_of_trial(spec, t),  # a pool trial runs on its pool's GPUs
                         R.config_from_diff(spec.baseline, t.config),
                         t.steps,
                         spec.budget.warmup_steps,

@@ -54,6 +54,14 @@ def config_from_diff(baseline: RLConfig, diff: dict[str, Any]) -> RLConfig:
     return baseline.with_knobs(diff) if diff else baseline.model_copy(deep=True)
 
 
+def spec_of_trial(spec: RLTuningJobSpec, t: TrialStatus) -> RLTuningJobSpec:
+    """The job as the trial runs it: in the other pool its `pool` names, else as written."""
+    from ..api.models import pool_spec
+
+    pool = next((p for p in spec.resources.pools or [] if p.name == t.pool), None) if t.pool else None
+    return pool_spec(spec, pool) if pool is not None else spec
+
+
 def gpus_of(spec: RLTuningJobSpec, config: RLConfig) -> int:
     return config.gpus or spec.resources.gpu_budget
 
@@ -156,4 +164,9 @@ def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
 
 
 def objective_of(spec: RLTuningJobSpec, step_seconds: float, gpus: int) -> float:
-    return step_seconds * gpus if spec.objective == "gpuSecondsPerStep" else step_seconds
+    """The job's objective of one configuration: seconds, GPU-seconds or cost per step."""
+    if spec.objective == "gpuSecondsPerStep":
+        return step_seconds * gpus
+    if spec.objective == "costPerStep":
+        return (spec.resources.price_per_gpu_hour or 0.0) * gpus * step_seconds / 3600.0
+    return step_seconds

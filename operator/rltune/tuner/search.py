@@ -87,7 +87,7 @@ class Space:
             gl = [g for g in listed["gpus"] if g <= self.budget]
         elif "gpus" in frozen:
             gl = [base_gpus]
-        elif ss.allow_fewer_gpus or spec.objective == "gpuSecondsPerStep":
+        elif ss.allow_fewer_gpus or spec.objective in ("gpuSecondsPerStep", "costPerStep"):
             lo = ss.min_gpus or max(self.gpn, self.budget // 2)
             gl = [g for g in range(self.gpn, self.budget + 1, self.gpn) if g >= lo]
             gl = _uniq([base_gpus] + gl)
