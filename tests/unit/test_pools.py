@@ -51,6 +51,20 @@ def test_a_pool_spec_is_the_same_job_on_the_pools_gpus():
     assert there.resources.gpu_type == "H200" and there.resources.gpu_budget == 32
     assert there.resources.price_per_gpu_hour == 2.5 and there.resources.pools is None
     assert there.workload == spec.workload and there.baseline == spec.baseline
+    assert there.resources.node_selector is None  # not the home pool's selector
+    queued = job(
+        resources={
+            "gpuType": "B300",
+            "gpuBudget": 32,
+            "pricePerGpuHour": 6,
+            "queueName": "home-lq",
+            "nodeSelector": {"pool": "b300"},
+            "pools": POOLS + [{"name": "h200-q", "gpuType": "H200", "pricePerGpuHour": 2.5, "queueName": "h200-lq"}],
+        }
+    )
+    assert pool_spec(queued, queued.resources.pools[0]).resources.queue_name == "home-lq"
+    assert pool_spec(queued, queued.resources.pools[1]).resources.queue_name == "h200-lq"
+    assert pool_spec(queued, queued.resources.pools[1]).resources.node_selector is None
 
 
 @pytest.fixture(scope="module")

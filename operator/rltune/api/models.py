@@ -394,6 +394,14 @@ class GpuPool(CamelModel):
         "product and the operator's gpuPool.nodeSelector choose.",
     )
 
+    queue_name: Optional[str] = Field(
+        None,
+        max_length=63,
+        pattern=QUEUE_NAME_PATTERN,
+        description="Kueue LocalQueue of the pool's trial (its ClusterQueue needs a flavor for the pool's nodes); "
+        "default resources.queueName.",
+    )
+
     @field_validator("node_selector")
     @classmethod
     def _labels(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
@@ -798,6 +806,7 @@ def pool_spec(spec: RLTuningJobSpec, pool: GpuPool) -> RLTuningJobSpec:
             # (the GPU product affinity and the operator's gpuPool.nodeSelector then choose)
             "node_selector": pool.node_selector,
             "price_per_gpu_hour": pool.price_per_gpu_hour,
+            "queue_name": pool.queue_name or spec.resources.queue_name,
             "pools": None,
         }
     )
