@@ -114,29 +114,30 @@ def test_a_cheap_pool_is_worth_a_trial_and_a_dear_one_is_not(tuned):
     assert d is not None and not d.worth_a_trial and d.saving < 0
 
 
-def _pool_truth(cfg, pool):
-    ph = truth(cfg)
-    return ph if pool is None else {k: v * 1.3 for k, v in ph.items()}  # H200: 1.3x slower per step
-
-
-def test_the_lifecycle_measures_the_cheaper_pool_and_recommends_on_the_measurement():
+def _drive_with_pool(slower_there: float, confirm_steps: int):
+    """The lifecycle on the synthetic cluster, its pool trial measuring `slower_there` x the truth."""
     spec = job(
         resources={"gpuType": "B300", "gpuBudget": 32, "pricePerGpuHour": 6.0, "pools": POOLS},
-        budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 4},
+        budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": confirm_steps},
     )
 
     def outcome(t, cfg):
         if t.kind != "pool":
             return ok(t, cfg)
-        return L.Observation(placed=True, done=True, steps=steps(_pool_truth(cfg, t.pool), n=t.steps, seed=5))
+        there = {k: v * slower_there for k, v in truth(cfg).items()}
+        return L.Observation(placed=True, done=True, steps=steps(there, n=t.steps, seed=5))
 
-    status, events = drive(spec, outcome)
+    return drive(spec, outcome)
+
+
+def test_the_lifecycle_measures_the_cheaper_pool_and_recommends_on_the_measurement():
+    status, events = _drive_with_pool(1.3, confirm_steps=4)  # H200: 1.3x slower per step
     assert status.phase == Phase.SUCCEEDED, status.message
     pool = [t for t in status.trials if t.kind == "pool"]
     assert len(pool) == 1 and pool[0].pool == "h200-spot" and pool[0].state == TrialState.SUCCEEDED
     po = status.pool_offer
     assert po is not None and po.trial == pool[0].id and po.measured_seconds == pytest.approx(pool[0].measured_seconds)
-    # measured: 1.3x the step at 2.5/6 of the price -> ~46% cheaper per step (same GPUs)
+    # measured: 1.3x the step at 2.5/6 of the price
     expect = 1 - (2.5 * pool[0].gpus * pool[0].measured_seconds) / (6.0 * status.best.gpus * status.best.step_seconds)
     assert po.saving == pytest.approx(expect, abs=1e-3) and po.recommended
     assert po.cost_to_planned_steps == pytest.approx(po.measured_cost_per_step * 500, rel=1e-3)
@@ -145,18 +146,7 @@ def test_the_lifecycle_measures_the_cheaper_pool_and_recommends_on_the_measureme
 
 
 def test_a_pool_the_measurement_shows_dearer_is_not_recommended():
-    spec = job(
-        resources={"gpuType": "B300", "gpuBudget": 32, "pricePerGpuHour": 6.0, "pools": POOLS},
-        budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 0},
-    )
-
-    def outcome(t, cfg):
-        if t.kind != "pool":
-            return ok(t, cfg)
-        slow = {k: v * 10.0 for k, v in truth(cfg).items()}  # far slower there than forecast
-        return L.Observation(placed=True, done=True, steps=steps(slow, n=t.steps, seed=5))
-
-    status, _ = drive(spec, outcome)
+    status, _ = _drive_with_pool(10.0, confirm_steps=0)  # far slower there than forecast
     po = status.pool_offer
     assert status.phase == Phase.SUCCEEDED and po is not None and po.trial
     assert po.saving < 0 and not po.recommended and "stay" in po.message
