@@ -184,6 +184,7 @@ def result_from_job(job: dict) -> dict:
         "forecastError": st.forecast_error,
         "profile": {"evidence": "; ".join(bs.evidence or []), "bottleneck": bs.bottleneck} if bs else None,
         "timeline": timeline,
+        "poolOffer": st.pool_offer.model_dump(by_alias=True) if st.pool_offer else None,
     }
 
 
@@ -215,6 +216,8 @@ def render(result: dict, path: str) -> None:
                 )
     if result.get("forecastError") is not None:
         lines_summary.append(f"Forecaster median |error| on trials: {result['forecastError']:.1%}.")
+    if result.get("poolOffer"):
+        lines_summary.append(f"Other GPU pools: {result['poolOffer'].get('message', '')}.")
     rows = _rows(result)
     if out.suffix.lower() in (".html", ".htm"):
         h = [

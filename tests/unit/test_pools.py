@@ -150,3 +150,19 @@ def test_a_pool_the_measurement_shows_dearer_is_not_recommended():
     po = status.pool_offer
     assert status.phase == Phase.SUCCEEDED and po is not None and po.trial
     assert po.saving < 0 and not po.recommended and "stay" in po.message
+
+
+def test_the_report_of_a_job_says_what_the_other_pool_measured(tmp_path):
+    from rltune.report import render, result_from_job
+
+    status, _ = _drive_with_pool(1.3, confirm_steps=0)
+    spec = job(
+        resources={"gpuType": "B300", "gpuBudget": 32, "pricePerGpuHour": 6.0, "pools": POOLS},
+        budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 0},
+    )
+    body = {"metadata": {"name": "j", "namespace": "ns"}, "spec": spec.dump(), "status": status.dump()}
+    result = result_from_job(body)
+    assert result["poolOffer"]["pool"] == "h200-spot" and result["poolOffer"]["recommended"]
+    render(result, str(tmp_path / "r.md"))
+    text = (tmp_path / "r.md").read_text()
+    assert "Other GPU pools: pool h200-spot measured" in text and "cheaper per step" in text
