@@ -137,7 +137,7 @@ class Runner:
             p = self.procs.get(key)
             if p is None:
                 if i == 0 or not pod_initializing(pod):
-                    self.status.patch(pod, init_status_patch(pod, {}))
+                    self.status.patch(pod, init_status_patch(pod, self._init_states(pod)))
                     self.init_begun.add(uid)
                 if self.invoker.image_entry(c.get("image", "")) is None:
                     # not an image the bed runs: completed at once, as kwok reports it
@@ -154,11 +154,27 @@ class Runner:
             log(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: init containers completed")
         return True
 
-    def _init_state(self, pod: dict, cname: str, p: Proc, lost: bool = False) -> None:
-        rec = p.rec
+    @staticmethod
+    def _init_fields(rec: dict, lost: bool = False) -> dict:
         state = terminated(rec, lost) if rec.get("done") else {"running": {"startedAt": rec["startedAt"]}}
-        fields = {"state": state, "ready": bool(rec.get("done")), "restartCount": rec.get("restartCount", 0)}
-        self.status.patch(pod, init_status_patch(pod, {cname: fields}))
+        return {"state": state, "ready": bool(rec.get("done")), "restartCount": rec.get("restartCount", 0)}
+
+    def _init_states(self, pod: dict) -> dict[str, dict]:
+        """Every init container's status as its process record says. A patch carries them all: the
+        cached pod may be a watch event older than the runner's own last patch, and a status built
+        from it would move a terminated init container back to waiting, which the API server refuses
+        (422), losing the whole patch (the next container's terminated state with it)."""
+        uid = pod["metadata"]["uid"]
+        out = {}
+        for c in self.invoker.init_containers(pod):
+            p = self.procs.get(f"{uid}_{c['name']}")
+            if p is not None:
+                out[c["name"]] = self._init_fields(p.rec)
+        return out
+
+    def _init_state(self, pod: dict, cname: str, p: Proc, lost: bool = False) -> None:
+        states = self._init_states(pod) | {cname: self._init_fields(p.rec, lost)}
+        self.status.patch(pod, init_status_patch(pod, states))
 
     def _deleted(self, pod: dict) -> None:
         """The pod object is gone: stop what is left of it at once."""
@@ -225,7 +241,7 @@ class Runner:
             log(f"{md['namespace']}/{md['name']} [{c['name']}]: {e}")
             if is_init:
                 waiting = {"waiting": {"reason": "CreateContainerConfigError", "message": str(e)[:500]}}
-                self.status.patch(pod, init_status_patch(pod, {c["name"]: {"state": waiting}}))
+                self.status.patch(pod, init_status_patch(pod, self._init_states(pod) | {c["name"]: {"state": waiting}}))
                 return
             self.status.patch_container(
                 pod,
@@ -373,10 +389,18 @@ class Runner:
             self.restart_at[proc.key] = time.time() + backoff(n)
             waiting = {"waiting": {"reason": "CrashLoopBackOff"}}
             self.status.patch(
-                pod, init_status_patch(pod, {cname: {"state": waiting, "lastState": term, "restartCount": n}})
+                pod,
+                init_status_patch(
+                    pod, self._init_states(pod) | {cname: {"state": waiting, "lastState": term, "restartCount": n}}
+                ),
             )
             return
-        self.status.patch(pod, init_status_patch(pod, {cname: {"state": term, "restartCount": n}}, phase="Failed"))
+        self.status.patch(
+            pod,
+            init_status_patch(
+                pod, self._init_states(pod) | {cname: {"state": term, "restartCount": n}}, phase="Failed"
+            ),
+        )
         log(f"{rec['namespace']}/{rec['name']}: init container {cname} failed ({code}): pod Failed")
 
     # ------------------------------------------------------------------ startup / watch
