@@ -393,7 +393,6 @@ class GpuPool(CamelModel):
         description="Node selector of the pool's trial pods (not resources.nodeSelector); default: none, the GPU "
         "product and the operator's gpuPool.nodeSelector choose.",
     )
-
     queue_name: Optional[str] = Field(
         None,
         max_length=63,
@@ -475,6 +474,10 @@ class Resources(CamelModel):
     def _label_keys(cls, v: Optional[dict[str, str]]) -> Optional[dict[str, str]]:
         _selector_problems("spec.resources.nodeSelector", v)
         return v
+
+    def pool(self, name: Optional[str]) -> Optional[GpuPool]:
+        """The entry of `pools` named `name` (None: no such pool, or no name)."""
+        return next((p for p in self.pools or [] if p.name == name), None) if name else None
 
     @field_validator("tolerations")
     @classmethod

@@ -384,16 +384,6 @@ class Tuner:
         ok = [r for r in [self.baseline] + self.history if r.state == TrialState.SUCCEEDED and r.objective is not None]
         return min(ok, key=lambda r: r.objective) if ok else None
 
-    def pool_offers(self, incumbent: Optional[TrialRecord] = None) -> list:
-        """What the job's other GPU pools offer against the incumbent (its measured step here), cheapest
-        first (`rltune.tuner.pools.PoolOffer`); [] without pools or a measured incumbent."""
-        from .pools import offers
-
-        inc = incumbent or self.best()
-        if not self.spec.resources.pools or inc is None or inc.step_time is None:
-            return []
-        return offers(self.spec, self.forecaster, inc.step_time, inc.gpus)
-
     def speedup(self, rec: TrialRecord) -> Optional[float]:
         if rec.objective and self.baseline.objective:
             return self.baseline.objective / rec.objective

@@ -22,6 +22,7 @@ from typing import Any, Callable, Literal, Mapping
 
 from ..api.hardware import gpu as gpu_spec
 from ..api.models import ModelArch, RLTuningJobSpec
+from .physics import model_state_bytes
 
 # placement: where the halves run (placement, trainer split); sync: how weights move; trainer and
 # rollout: the two halves; async: what may overlap; cpu: the real-mode CPU split.
@@ -103,14 +104,13 @@ def _rollout_tp(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
 
 def _state_share(spec: RLTuningJobSpec, m: ModelArch, tp: int, pp: int, ep: int) -> float:
     """Share of one GPU's memory the trainer's weights, gradients and distributed optimizer take at
-    this layout on the whole budget (Megatron: 6 + 12/d bytes per parameter, d its data-parallel
-    width; docs/references.md 'Performance-model facts')."""
+    this layout on the whole budget (`physics.model_state_bytes`)."""
     budget = spec.resources.gpu_budget
     routed = m.routed_params()
     dense = m.params()[0] - routed
     dp = max(1, budget // (tp * pp))
     edp = max(1, budget // (ep * pp))
-    per_gpu = dense / (tp * pp) * (6 + 12 / dp) + routed / (ep * pp) * (6 + 12 / edp)
+    per_gpu = model_state_bytes(dense / (tp * pp), routed / (ep * pp), dp, edp)
     return per_gpu / gpu_spec(spec.resources.gpu_type).hbm_bytes
 
 

@@ -747,7 +747,7 @@ class _Lifecycle:
         if po is None or self.status.best is None:
             self.phase(Phase.SEARCHING, "pool offer lost; concluding again")
             return
-        pool = next((p for p in self.spec.resources.pools or [] if p.name == t.pool), None)
+        pool = self.spec.resources.pool(t.pool)
         if t.state == TrialState.SUCCEEDED and t.measured_seconds and pool is not None:
             cost = cost_per_step(pool.price_per_gpu_hour, t.gpus, t.measured_seconds)
             po.measured_seconds, po.measured_cost_per_step = round(t.measured_seconds, 3), round(cost, 6)

@@ -386,6 +386,17 @@ def rollout_part(
 # ------------------------------------------------------------------------------------ trainer
 
 
+def model_state_bytes(dense_gpu: float, experts_gpu: float, dp: int, edp: int, offload: bool = False) -> float:
+    """Bytes per GPU of the trainer's weights, gradients and optimizer for `dense_gpu` + `experts_gpu`
+    parameters on the GPU (Megatron's distributed optimizer: 6 + 12/d bytes per parameter, d the
+    data-parallel width that shards them; docs/references.md 'Performance-model facts'). Optimizer
+    CPU offload moves the Adam moments and fp32 master weights; the bf16 weights and their gradients
+    stay on the GPU for the forward and backward passes."""
+    if offload:
+        return (dense_gpu + experts_gpu) * 4.0
+    return dense_gpu * (6.0 + 12.0 / dp) + experts_gpu * (6.0 + 12.0 / edp)
+
+
 def gpn_of(g: GPU) -> int:
     """GPUs sharing one NVLink domain (the node for HGX parts)."""
     return g.nvlink_domain
@@ -459,12 +470,7 @@ def trainer_part(
     ne_gpu = mf.nonexpert / (tp * pp)
     ex_gpu = routed / (max(ep, 1) * pp) if mf.moe_layers else 0.0
     edp = max(1, gpus_t // (max(ep, 1) * pp))
-    if offload:
-        # optimizer CPU offload moves the Adam moments and fp32 master weights; the bf16 weights and
-        # their gradients stay on the GPU for the forward and backward passes
-        state = (ne_gpu + ex_gpu) * 4.0
-    else:
-        state = ne_gpu * (6.0 + 12.0 / (dp * cp)) + ex_gpu * (6.0 + 12.0 / edp)
+    state = model_state_bytes(ne_gpu, ex_gpu, dp * cp, edp, offload)
     s = mbt / cp
     h = mf.hidden
     per_layer = {

@@ -18,14 +18,8 @@ from typing import Optional
 
 from ..api.models import GpuPool, RLConfig, RLTuningJobSpec, pool_spec
 from .forecast import Forecaster
+from .records import cost_per_step
 from .search import Space, candidates
-
-SECONDS_PER_HOUR = 3600.0
-
-
-def cost_per_step(price_per_gpu_hour: float, gpus: int, step_seconds: float) -> float:
-    """Price of one RL step: GPUs x seconds at the pool's price per GPU-hour."""
-    return price_per_gpu_hour * gpus * step_seconds / SECONDS_PER_HOUR
 
 
 @dataclass(frozen=True)
@@ -70,12 +64,10 @@ def offer_for(
     cost = cost_per_step(pool.price_per_gpu_hour, best.gpus, best.step)
     home = cost_per_step(price, home_gpus, home_step)
     rel = max(best.std / max(best.step, 1e-9), 1e-6)
-    p = NormalDist().cdf(math.log(home / cost) / rel)
-    budget = spec.budget
-    trial = cost_per_step(pool.price_per_gpu_hour, best.gpus, best.step) * budget.steps_per_trial
-    # expected saving: E[max(0, home - cost)] per step over the planned run (cost lognormal)
     z = math.log(home / cost) / rel
     nd = NormalDist()
+    budget = spec.budget
+    # expected saving: E[max(0, home - cost)] per step over the planned run (cost lognormal)
     e_gain = home * nd.cdf(z) - cost * math.exp(rel * rel / 2) * nd.cdf(z - rel)
     return PoolOffer(
         pool=pool,
@@ -85,8 +77,8 @@ def offer_for(
         step_std=best.std,
         cost_per_step=cost,
         home_cost_per_step=home,
-        p_cheaper=p,
-        trial_cost=trial,
+        p_cheaper=nd.cdf(z),
+        trial_cost=cost * budget.steps_per_trial,
         expected_saving=max(0.0, e_gain) * budget.planned_steps,
     )
 

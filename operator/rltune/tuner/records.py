@@ -58,7 +58,7 @@ def spec_of_trial(spec: RLTuningJobSpec, t: TrialStatus) -> RLTuningJobSpec:
     """The job as the trial runs it: in the other pool its `pool` names, else as written."""
     from ..api.models import pool_spec
 
-    pool = next((p for p in spec.resources.pools or [] if p.name == t.pool), None) if t.pool else None
+    pool = spec.resources.pool(t.pool)
     return pool_spec(spec, pool) if pool is not None else spec
 
 
@@ -163,10 +163,15 @@ def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
     return T.Tuner(spec, baseline, history)
 
 
+def cost_per_step(price_per_gpu_hour: float, gpus: int, step_seconds: float) -> float:
+    """Price of one RL step: GPUs x seconds at the pool's price per GPU-hour."""
+    return price_per_gpu_hour * gpus * step_seconds / 3600.0
+
+
 def objective_of(spec: RLTuningJobSpec, step_seconds: float, gpus: int) -> float:
     """The job's objective of one configuration: seconds, GPU-seconds or cost per step."""
     if spec.objective == "gpuSecondsPerStep":
         return step_seconds * gpus
     if spec.objective == "costPerStep":
-        return (spec.resources.price_per_gpu_hour or 0.0) * gpus * step_seconds / 3600.0
+        return cost_per_step(spec.resources.price_per_gpu_hour or 0.0, gpus, step_seconds)
     return step_seconds
