@@ -172,13 +172,17 @@ class QualityTrials:
 # ------------------------------------------------------------------------------ injections
 
 
-def injections(qt: QualityTrials, cand: list[StepRecord], seed: int, spec: RLTuningJobSpec):
-    """(regression, size, records) for every injected variant of one healthy candidate trial."""
+def injections(
+    qt: QualityTrials, cand: list[StepRecord], seed: int, spec: RLTuningJobSpec, mu_base: Optional[float] = None
+):
+    """(regression, size, records) for every injected variant of one healthy candidate trial. A reward
+    drop of k x tol is k * tol * |mu_base| per step (default: the trial's own noiseless mean)."""
     c = spec.constraints
     steady = [i for i, s in enumerate(cand) if not s.warmup]
+    mu = qt.mu_reward if mu_base is None else mu_base
     yield "healthy", 0.0, cand
     for k in DROPS:
-        d = k * c.reward_tolerance * abs(qt.mu_reward)
+        d = k * c.reward_tolerance * abs(mu)
         recs = [copy.copy(s) for s in cand]
         for s in recs:
             s.reward -= d
@@ -261,6 +265,78 @@ def run_job(job: dict, job_index: int, budgets, seeds: int, check: bool) -> dict
             "cells": cells,
         }
     return {"job": name, "constraints": spec.constraints.model_dump(by_alias=True), "budgets": out}
+
+
+def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds: int) -> dict:
+    """The reward gate as the lifecycle ships it, per injected regression: each candidate is screened
+    by one trial of stepsPerTrial steps (gates.evaluate) and, if it passes, its confirmation run of
+    confirmSteps steps is judged by non-inferiority (gates.evaluate(confirmation=True)); both against
+    one baseline profiled for records.baseline_steps(spec) steps. The regression is injected into
+    both runs of the candidate (the same configuration twice), sized on the baseline's noiseless mean."""
+    steps, warmup, confirm = shipped
+    spec = RLTuningJobSpec.model_validate(job["spec"])
+    spec.budget.steps_per_trial, spec.budget.warmup_steps, spec.budget.confirm_steps = steps, warmup, confirm
+    cfg = baseline_record(spec).config
+    qb = QualityTrials(spec, cfg, records.baseline_steps(spec), warmup)
+    qs = qb if steps == qb.steps else QualityTrials(spec, cfg, steps, warmup)
+    qc = qb if confirm == qb.steps else QualityTrials(spec, cfg, confirm, warmup)
+    c = spec.constraints
+    cells: dict[str, dict] = {}
+    for s in range(seeds):
+        seed_b = job_index * 1_000_000 + 900_000 + s
+        base = summarize(qb.trial(seed_b))
+        base = records.unflatten_summary(records.flatten_summary(base, keep_rewards=True))
+        screen = injections(qs, qs.trial(seed_b + 50_000), seed_b, spec, qb.mu_reward)
+        conf = injections(qc, qc.trial(seed_b + 60_000), seed_b + 1, spec, qb.mu_reward)
+        for (reg, size, rs), (_, _, rc) in zip(screen, conf, strict=True):
+            cell = cells.setdefault(f"{reg}|{size:g}", {"regression": reg, "size": size, "n": 0})
+            cell["n"] += 1
+            s_ok = G.passed(G.evaluate(summarize(rs), base, c))
+            c_ok = s_ok and G.passed(G.evaluate(summarize(rc), base, c, confirmation=True))
+            cell["screen"] = cell.get("screen", 0) + (not s_ok)
+            cell["confirm"] = cell.get("confirm", 0) + (s_ok and not c_ok)
+            cell["blocked"] = cell.get("blocked", 0) + (not c_ok)
+    return {"job": job["metadata"]["name"], "baseline_steps": qb.steps, "cells": cells}
+
+
+def aggregate_shipped(per_job: list[dict]) -> dict:
+    cells: dict[str, dict] = {}
+    for pj in per_job:
+        for k, c in pj["cells"].items():
+            a = cells.setdefault(k, {"regression": c["regression"], "size": c["size"], "n": 0})
+            for f in ("n", "screen", "confirm", "blocked"):
+                a[f] = a.get(f, 0) + c[f]
+    fa = cells["healthy|0"]["blocked"] / cells["healthy|0"]["n"]
+    at_tol = cells["reward drop|1"]["blocked"] / cells["reward drop|1"]["n"]
+    return {
+        "cells": cells,
+        "false_alarm": fa,
+        "catch_at_tolerance": at_tol,
+        "goal_met": fa <= GOAL_FALSE and at_tol >= GOAL_CATCH,
+    }
+
+
+def print_shipped(agg: dict, shipped: tuple[int, int, int], baseline_steps: int, jobs: int, seeds: int) -> None:
+    steps, warmup, confirm = shipped
+    print(
+        f"\n## The shipped reward gate: screening trials of {steps} steps, the winner's confirmation of "
+        f"{confirm} steps by non-inferiority, a baseline of {baseline_steps} steps (warm-up {warmup}; "
+        f"{jobs} jobs x {seeds} seeds)\n"
+    )
+    print("| regression | size | rejected by screening | then by confirmation | kept from shipping |")
+    print("|---|---|---|---|---|")
+    for c in agg["cells"].values():
+        if c["regression"] == "reward drop" and c["size"] not in TABLE_DROPS:
+            continue
+        n = c["n"]
+        print(
+            f"| {c['regression']} | {_size(c)} | {_share(c['screen'], n)} | {_share(c['confirm'], n)} "
+            f"| {_share(c['blocked'], n)} |"
+        )
+    print(
+        f"\nshipped gate: false alarms {100 * agg['false_alarm']:.1f}%; caught at the tolerance "
+        f"{100 * agg['catch_at_tolerance']:.1f}%; goal {'met' if agg['goal_met'] else 'missed'}"
+    )
 
 
 def aggregate(per_job: list[dict]) -> dict:
@@ -361,21 +437,32 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", type=int, default=200, help="trial pairs per job, budget and cell")
     ap.add_argument("--jobs", default=None, help="comma-separated benchmark job names (default: all)")
     ap.add_argument("--budgets", default=",".join(f"{s}/{w}" for s, w in BUDGETS), help="stepsPerTrial/warmupSteps,...")
+    ap.add_argument(
+        "--shipped",
+        default="6/1/12",
+        help="stepsPerTrial/warmupSteps/confirmSteps of the shipped-gate table (default: the CRD's defaults)",
+    )
     ap.add_argument("--no-check", action="store_true", help="skip the check against simulate_trial")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench-gates.json"))
     a = ap.parse_args(argv)
     budgets = [tuple(int(x) for x in b.split("/")) for b in a.budgets.split(",")]
+    shipped = tuple(int(x) for x in a.shipped.split("/"))
+    if len(shipped) != 3:
+        ap.error("--shipped takes stepsPerTrial/warmupSteps/confirmSteps")
     js = bench_jobs()
     if a.jobs:
         want = set(a.jobs.split(","))
         js = [j for j in js if j["metadata"]["name"] in want]
     t0 = time.time()
-    per_job = []
+    per_job, per_job_shipped = [], []
     for i, j in enumerate(js):
         per_job.append(run_job(j, i, budgets, a.seeds, check=not a.no_check))
+        per_job_shipped.append(run_shipped(j, i, shipped, a.seeds))
         print(f"{j['metadata']['name']}: done ({time.time() - t0:.0f}s)", file=sys.stderr)
     agg = aggregate(per_job)
+    agg_shipped = aggregate_shipped(per_job_shipped)
     print_tables(agg, len(js), a.seeds, per_job[0]["constraints"])
+    print_shipped(agg_shipped, shipped, per_job_shipped[0]["baseline_steps"], len(js), a.seeds)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -386,6 +473,7 @@ def main(argv=None) -> int:
                 "goal": {"catch_at_tolerance": GOAL_CATCH, "false_alarm": GOAL_FALSE},
                 "aggregate": agg,
                 "jobs": per_job,
+                "shipped": {"budget": "/".join(map(str, shipped)), "aggregate": agg_shipped, "jobs": per_job_shipped},
                 "seconds": round(time.time() - t0, 1),
             },
             indent=1,

@@ -169,7 +169,7 @@ def _record_row(r, base_obj, changes: dict) -> list[str]:
 def cmd_tune(args) -> int:
     from .backends.local import LocalBackend
     from .tuner import loop
-    from .tuner.records import config_changes
+    from .tuner.records import baseline_steps, config_changes
 
     ns, name, spec = load_job(args.job)
     if not args.local:
@@ -205,7 +205,7 @@ def cmd_tune(args) -> int:
         ev, r = e.event, e.record
         if ev.reason == "TrialStarted" and r is not None:
             if r.id == "baseline":
-                print(f"{el} baseline started ({mode} mode, {spec.budget.steps_per_trial} steps)", flush=True)
+                print(f"{el} baseline started ({mode} mode, {baseline_steps(spec)} steps)", flush=True)
             else:
                 ch = config_changes(spec.baseline, r.config, spec.resources.gpu_budget)
                 pred = f" (predicted {r.predicted:.1f}±{r.predicted_std or 0:.0f} s)" if r.predicted else ""

@@ -115,7 +115,7 @@ def test_a_verl_job_ends_with_a_command_verl_loads():
     """The lifecycle on a made-up cluster: status names the adapter and the dropped knobs, and the
     winner's full command composes in verl 0.9.1's own Hydra config with the winning values."""
     raw = raw_spec()
-    raw["budget"] |= {"maxTrials": 4, "parallelTrials": 2, "confirmSteps": 3}
+    raw["budget"] |= {"maxTrials": 4, "parallelTrials": 2, "confirmSteps": 6}
     spec = spec_of(raw)
     status, events = drive(spec)
     assert status.phase == Phase.SUCCEEDED, status.message
@@ -223,3 +223,17 @@ def test_rltune_frameworks_prints_each_adapters_coverage(capsys):
             }
             head = f"{fw} {ad.version}, backend {backend}: {n['mapped']} mapped, {n['transformed']} transformed"
             assert head in out
+
+
+def test_expert_parallel_on_a_one_gpu_verl_replica_is_a_problem():
+    """verl sets expert_parallel_size = tp x dp: at rollout.tp 1 the flag is lost, so such a
+    configuration is never proposed (its status would claim a setting the command does not carry)."""
+    spec = spec_of(raw_spec())
+    assert spec.workload.model.resolved().is_moe
+    ad = registry.adapter_for("verl")
+    one = spec.baseline.with_knobs({"rollout.tp": 1, "rollout.expertParallel": True})
+    two = spec.baseline.with_knobs({"rollout.tp": 2, "rollout.expertParallel": True})
+    assert any("one-GPU replica" in p for p in ad.problems(spec, one, spec.workload.command))
+    assert not any("one-GPU replica" in p for p in ad.problems(spec, two, spec.workload.command))
+    space = Space(spec)
+    assert space.framework_problem(one.flat() | {"gpus": one.gpus or 16}) is not None

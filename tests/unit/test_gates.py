@@ -217,3 +217,59 @@ def test_bans_survive_a_status_round_trip():
     r = records.to_record(spec, st)
     t2 = Tuner(spec, tuner.baseline, [r])
     assert t2.bans and all(not p.config.rollout.fp8 for p in t2.propose(6, 32))
+
+
+def test_the_confirmation_is_judged_by_non_inferiority():
+    # A drop of 3% over 5 noisy steps: the screening framing cannot show it beyond the 5% tolerance
+    # (kept), the confirmation's framing cannot show it within (rejected); with 2% noise over 11 steps
+    # and no drop, the confirmation shows it within the tolerance.
+    rng = random.Random(5)
+    base = [0.33 + 0.004 * i + rng.gauss(0, 0.01) for i in range(5)]
+    cand = [0.33 + 0.004 * i - 0.03 * 0.34 + rng.gauss(0, 0.01) for i in range(5)]
+    screen = reward_test(cand, base, 0.05, 0.05)
+    conf = reward_test(cand, base, 0.05, 0.05, non_inferiority=True)
+    assert not screen.reject and conf.reject and conf.hi > 0.05 >= conf.lo
+    assert conf.verdict == "not shown within the tolerance"
+    base = [0.33 + 0.004 * i + rng.gauss(0, 0.005) for i in range(11)]
+    cand = [0.33 + 0.004 * i + rng.gauss(0, 0.005) for i in range(11)]
+    ok = reward_test(cand, base, 0.05, 0.05, non_inferiority=True)
+    assert not ok.reject and ok.verdict == "shown within the tolerance"
+    # through the gates: the same summaries pass screening and fail confirmation
+    b = summarize(steps(PH, n=6, reward=0.50, reward_sd=0.02, seed=3))
+    c = summarize(steps(PH, n=6, reward=0.485, reward_sd=0.02, seed=4))
+    assert evaluate(c, b, Constraints())["reward"].passed
+    g = evaluate(c, b, Constraints(), confirmation=True)["reward"]
+    assert not g.passed and "non-inferiority" in g.detail
+
+
+def test_reward_power_predicts_the_confirmation_false_alarm_rate():
+    # The normal approximation behind the RewardGatePowered condition against the test itself,
+    # simulated: healthy winners (no drop), reward noise 0.0099 per step (3% of the starting
+    # reward) around a shared learning trend.
+    rng = random.Random(23)
+    sd, slope = 0.0099, 0.0066
+
+    def trial(n):
+        return [0.33 + slope * i + rng.gauss(0, sd) for i in range(n)]
+
+    from rltune.tuner.gates import reward_power
+
+    for n, lo, hi in ((5, 0.10, 0.35), (11, 0.0, 0.05)):
+        runs = 1500
+        sim = sum(reward_test(trial(n), trial(n), 0.05, 0.05, non_inferiority=True).reject for _ in range(runs)) / runs
+        mean = 0.33 + slope * (n - 1) / 2
+        p = reward_power([mean + sd * z for z in _unit_noise(40)], n, 0.05, 0.05)
+        assert lo <= sim <= hi, (n, sim)
+        assert abs(p.false_alarm - sim) < 0.06, (n, p.false_alarm, sim)
+    p5 = reward_power([0.33 + 0.0099 * z for z in _unit_noise(40)], 5, 0.05, 0.05)
+    assert p5.false_alarm > 0.05 and p5.needed is not None and 8 <= p5.needed <= 14
+    assert reward_power([0.3, 0.31], 5, 0.05, 0.05) is None  # no noise estimate from two steps
+
+
+def _unit_noise(n: int) -> list[float]:
+    """n draws scaled to unit sample sd exactly, so a test controls the noise reward_power sees."""
+    rng = random.Random(99)
+    xs = [rng.gauss(0, 1) for _ in range(n)]
+    m = sum(xs) / n
+    sd = (sum((x - m) ** 2 for x in xs) / (n - 2)) ** 0.5
+    return [(x - m) / sd for x in xs]

@@ -40,7 +40,7 @@ def ok(t, cfg) -> L.Observation:
 
 
 def test_a_job_goes_from_pending_to_a_confirmed_winner():
-    spec = job(budget={"maxTrials": 6, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 4})
+    spec = job(budget={"maxTrials": 6, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 6})
     status, events = drive(spec)
     assert status.phase == Phase.SUCCEEDED, status.message
     kinds = [t.kind for t in status.trials]
@@ -190,3 +190,46 @@ def test_waiting_for_kueue_admission_is_no_schedule_timeout():
     d = L.step(spec, d.status, {"baseline": unplaced}, 1000.0 + 3601 + 61)
     t = d.status.trials[0]
     assert t.state == TrialState.UNSCHEDULABLE and "0/8 nodes" in t.reason
+
+
+def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
+    """The baseline is profiled as long as the confirmation; a confirmation whose reward is 8% lower
+    (the screening trials were healthy) fails non-inferiority, the winner is not confirmed, nothing is
+    banned for it, and the job ends without a winner rather than shipping the drop."""
+    spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 8})
+
+    def dropped(t, cfg):
+        r = 0.5 * (0.92 if t.kind == "confirm" else 1.0)
+        return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=r, seed=len(t.id)))
+
+    status, events = drive(spec, dropped)
+    base = status.trials[0]
+    assert base.kind == "baseline" and base.steps == 8  # max(stepsPerTrial, confirmSteps)
+    confirms = [t for t in status.trials if t.kind == "confirm"]
+    assert confirms and all(c.state == TrialState.REJECTED and "non-inferiority" in c.reason for c in confirms)
+    assert status.phase == Phase.SUCCEEDED and status.best is None and status.speedup == "1.00x"
+    assert any(e.reason == "ConfirmationFailed" for e in events)
+    search = [t for t in status.trials if t.kind == "search"]
+    assert len(search) == 4 and all(t.state in (TrialState.SUCCEEDED, TrialState.REJECTED) for t in search)
+    assert R.make_tuner(spec, status.trials).bans == []  # a failed confirmation bans no setting
+    cond = {c.type: c for c in status.conditions}["RewardGatePowered"]
+    assert cond.status == "True" and cond.reason == "Resolved", cond.message
+
+
+def test_the_reward_gates_power_is_stated_in_a_condition():
+    def powered(budget, sd):
+        spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4} | budget)
+
+        def noisy(t, cfg):
+            return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward_sd=sd, seed=3))
+
+        status, events = drive(spec, noisy)
+        return {c.type: c for c in status.conditions}["RewardGatePowered"], events
+
+    off, _ = powered({"confirmSteps": 0}, 0.01)
+    assert off.status == "False" and off.reason == "NoConfirmation" and "confirmSteps" in off.message
+    short, events = powered({"confirmSteps": 4}, 0.02)  # 4% noise, 3 scored steps per side
+    assert short.status == "False" and short.reason == "Underpowered", short.message
+    assert "confirmSteps >= " in short.message and any(e.reason == "RewardGateUnderpowered" for e in events)
+    long, _ = powered({"confirmSteps": 16}, 0.005)  # 1% noise, 15 scored steps per side
+    assert long.status == "True" and long.reason == "Resolved", long.message

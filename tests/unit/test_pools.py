@@ -131,7 +131,7 @@ def _drive_with_pool(slower_there: float, confirm_steps: int):
 
 
 def test_the_lifecycle_measures_the_cheaper_pool_and_recommends_on_the_measurement():
-    status, events = _drive_with_pool(1.3, confirm_steps=4)  # H200: 1.3x slower per step
+    status, events = _drive_with_pool(1.3, confirm_steps=6)  # H200: 1.3x slower per step
     assert status.phase == Phase.SUCCEEDED, status.message
     pool = [t for t in status.trials if t.kind == "pool"]
     assert len(pool) == 1 and pool[0].pool == "h200-spot" and pool[0].state == TrialState.SUCCEEDED

@@ -701,6 +701,12 @@ class Verl:
             )
         if r.expert_parallel and not m.is_moe:
             out.append(f"rollout.expertParallel=true ({R}expert_parallel_size) needs an MoE model: set it false")
+        elif r.expert_parallel and world == 1:
+            out.append(
+                f"rollout.expertParallel=true on a one-GPU replica: {R}expert_parallel_size = "
+                "tensor_model_parallel_size * data_parallel_size = 1, so verl runs without it; set it false or "
+                "raise rollout.tp"
+            )
         return out
 
     # ------------------------------------------------------------------ command

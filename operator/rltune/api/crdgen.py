@@ -397,6 +397,14 @@ def spec_schema() -> dict:
             "spec.budget.parallelTrials must not exceed spec.budget.maxTrials: lower parallelTrials",
             ".parallelTrials",
         ),
+        _rule(
+            f"(has(self.confirmSteps) ? self.confirmSteps : {d.confirm_steps}) == 0 || "
+            f"(has(self.confirmSteps) ? self.confirmSteps : {d.confirm_steps}) > "
+            f"(has(self.warmupSteps) ? self.warmupSteps : {d.warmup_steps})",
+            "spec.budget.confirmSteps must be 0 or more than spec.budget.warmupSteps: the confirmation run would "
+            "measure no steady-state step; raise confirmSteps or set it to 0",
+            ".confirmSteps",
+        ),
     ]
     # other pools: one entry per name (a map-typed list: the API server refuses duplicates)
     pools = _at(s, "resources.pools")

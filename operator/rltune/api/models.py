@@ -692,7 +692,14 @@ class Budget(CamelModel):
     parallel_trials: int = Field(2, ge=1, le=64, description="Trials run at once (GPU budget permitting).")
     steps_per_trial: int = Field(6, ge=2, le=100, description="RL steps each trial runs, warm-up included.")
     warmup_steps: int = Field(1, ge=0, le=50, description="Leading steps excluded from scoring.")
-    confirm_steps: int = Field(10, ge=0, le=200, description="Steps of the winner's confirmation run (0 = none).")
+    confirm_steps: int = Field(
+        12,
+        ge=0,
+        le=200,
+        description="Steps of the winner's confirmation run, warm-up included (0 = none). The baseline is "
+        "profiled as long, and the winner's reward must be shown within constraints.rewardTolerance of the "
+        "baseline's over these steps (non-inferiority).",
+    )
     max_failed_trials: int = Field(6, ge=1, le=200, description="Failed trials after which the job fails.")
     planned_steps: int = Field(
         500,
@@ -761,6 +768,11 @@ class RLTuningJobSpec(CamelModel):
             raise ValueError("budget.warmupSteps must be fewer than budget.stepsPerTrial")
         if b.parallel_trials > b.max_trials:
             raise ValueError("budget.parallelTrials must not exceed budget.maxTrials")
+        if 0 < b.confirm_steps <= b.warmup_steps:
+            raise ValueError(
+                "budget.confirmSteps must be 0 or more than budget.warmupSteps: the confirmation run would "
+                "measure no steady-state step; raise confirmSteps or set it to 0"
+            )
         g = self.baseline.gpus or self.resources.gpu_budget
         if g > self.resources.gpu_budget:
             raise ValueError(

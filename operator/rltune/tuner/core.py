@@ -308,13 +308,14 @@ class Tuner:
             acq[i] = -np.inf
         return out
 
-    def judge(self, record: TrialRecord, summary: TrialSummary) -> TrialRecord:
-        """Score a finished trial: objective and quality gates -> succeeded or rejected."""
+    def judge(self, record: TrialRecord, summary: TrialSummary, confirmation: bool = False) -> TrialRecord:
+        """Score a finished trial: objective and quality gates -> succeeded or rejected.
+        `confirmation`: the winner's confirmation run (reward judged by non-inferiority)."""
         rec = record.model_copy(deep=True)
         rec.summary = summary
         is_base = record.id == self.baseline.id
         base_sum = None if is_base else self.baseline.summary
-        rec.gates = G.evaluate(summary, base_sum, self.spec.constraints)
+        rec.gates = G.evaluate(summary, base_sum, self.spec.constraints, confirmation=confirmation)
         if rec.gpus == 0:
             rec.gpus = rec.config.gpus or self.budget
         if summary.failed or summary.steps == 0:

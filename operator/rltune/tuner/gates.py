@@ -21,6 +21,10 @@ Gates (each returns a verdict text; a trial passing all is `succeeded`, otherwis
              why the gate does not use the non-inferiority framing, reject unless hi <= tol).
              Fallbacks: without the degrees of freedom for a trend, a pooled t-test of the means;
              with one step on either side, the plain comparison D > tol.
+             The winner's confirmation run is judged in the non-inferiority framing instead
+             (reject unless hi <= tol) against a baseline profiled as long: this is the stage
+             that holds a drop at the tolerance to <= alpha, with a false-alarm rate the steps
+             and the noise set (`reward_power` estimates it from the baseline's rewards).
 """
 
 from __future__ import annotations
@@ -123,9 +127,12 @@ class RewardTest:
     reject: bool
     mean_c: float
     mean_b: float
+    non_inferiority: bool = False  # the framing: reject unless shown within the tolerance
 
     @property
     def verdict(self) -> str:
+        if self.reject and self.non_inferiority and self.lo <= self.tolerance:
+            return "not shown within the tolerance"
         if self.reject:
             return "significantly more than the tolerance lower"
         if self.hi <= self.tolerance:
@@ -135,11 +142,14 @@ class RewardTest:
         return "no significant drop"
 
 
-def reward_test(cand: list[float], base: list[float], tol: float, alpha: float) -> RewardTest:
+def reward_test(
+    cand: list[float], base: list[float], tol: float, alpha: float, non_inferiority: bool = False
+) -> RewardTest:
     """Tolerance test of the candidate's per-step rewards against the baseline's (module docstring).
 
     Rewards are in step order; position i of each list is the i-th steady-state step, so a common
-    linear learning trend over positions is removed before the comparison."""
+    linear learning trend over positions is removed before the comparison. `non_inferiority`: the
+    confirmation's framing, reject unless hi <= tol (the data show the drop within the tolerance)."""
     nc, nb = len(cand), len(base)
     if nc == 0 or nb == 0:
         raise ValueError("reward_test needs at least one reward on each side")
@@ -170,8 +180,58 @@ def reward_test(cand: list[float], base: list[float], tol: float, alpha: float) 
     se = math.sqrt(var) / scale
     q = t_ppf(1.0 - alpha, df) if se > 0 else 0.0
     lo, hi = drop - q * se, drop + q * se
-    reject = lo > margin + 1e-12
-    return RewardTest(drop, lo, hi, se, df, method, tol, alpha, reject, mc, mb)
+    reject = (hi > margin + 1e-12) if non_inferiority else (lo > margin + 1e-12)
+    return RewardTest(drop, lo, hi, se, df, method, tol, alpha, reject, mc, mb, non_inferiority)
+
+
+@dataclass(frozen=True)
+class RewardPower:
+    """How well the winner's confirmation can resolve the tolerance, from the baseline's reward noise.
+
+    The non-inferiority test catches a drop at the tolerance with probability >= 1 - alpha by
+    construction; what the steps decide is how often a healthy winner (no drop) fails it, the
+    false-alarm rate. noise: the baseline's per-step reward sd around its learning trend, relative
+    to |mean|; false_alarm: the approximate chance that a winner with no drop fails confirmation with
+    `scored` steady-state steps on each side; needed: the fewest scored steps per side that bring it
+    to <= FALSE_ALARM_GOAL (None: more than MAX_SCORED)."""
+
+    noise: float
+    scored: int
+    false_alarm: float
+    needed: Optional[int]
+
+
+FALSE_ALARM_GOAL = 0.05  # the share of healthy winners a confirmation may fail (bench/gates.py measures it)
+MAX_SCORED = 200
+
+
+def _false_alarm(n: int, noise: float, tol: float, alpha: float) -> float:
+    """P(hi > tol | no drop) for n scored steps per side (normal approximation to the drop). Both
+    series start at position 0, so the shared trend adds nothing to the offset's error."""
+    se = noise * math.sqrt(2.0 / n)
+    if se <= 0:
+        return 0.0
+    df = max(1.0, 2.0 * n - 3.0)
+    z = tol / se - t_ppf(1.0 - alpha, df)
+    return 0.5 * math.erfc(z / math.sqrt(2.0))
+
+
+def reward_power(base: list[float], scored: int, tol: float, alpha: float) -> Optional[RewardPower]:
+    """The confirmation's power at the baseline's measured reward noise (None: fewer than 3 finite
+    baseline rewards, so no noise estimate around a trend)."""
+    ys = [y for y in base if math.isfinite(y)]
+    n = len(ys)
+    if n < 3 or scored < 1:
+        return None
+    m = sum(ys) / n
+    x = (n - 1) / 2.0
+    sxx = sum((i - x) ** 2 for i in range(n))
+    beta = sum((i - x) * (y - m) for i, y in enumerate(ys)) / sxx
+    resid = sum((y - m - beta * (i - x)) ** 2 for i, y in enumerate(ys))
+    noise = math.sqrt(resid / (n - 2)) / (abs(m) if abs(m) > 1e-12 else 1.0)
+    fa = _false_alarm(scored, noise, tol, alpha)
+    needed = next((k for k in range(2, MAX_SCORED + 1) if _false_alarm(k, noise, tol, alpha) <= FALSE_ALARM_GOAL), None)
+    return RewardPower(noise, scored, fa, needed)
 
 
 # ----------------------------------------------------------------- the gates
@@ -187,8 +247,11 @@ class GateResult(TunerModel):
         return ("pass" if self.passed else "fail") + (f": {self.detail}" if self.detail else "")
 
 
-def evaluate(summary: TrialSummary, baseline: Optional[TrialSummary], c: Constraints) -> dict[str, GateResult]:
-    """Gate name -> verdict."""
+def evaluate(
+    summary: TrialSummary, baseline: Optional[TrialSummary], c: Constraints, confirmation: bool = False
+) -> dict[str, GateResult]:
+    """Gate name -> verdict. `confirmation`: the winner's confirmation run, whose reward test is the
+    non-inferiority framing (reject unless the drop is shown within the tolerance)."""
     g: dict[str, GateResult] = {}
     if summary.failed or summary.steps == 0:
         g["steps"] = GateResult(passed=False, detail="no steady-state step was measured")
@@ -218,13 +281,15 @@ def evaluate(summary: TrialSummary, baseline: Optional[TrialSummary], c: Constra
     elif not all(math.isfinite(r) for r in summary.rewards + baseline.rewards):
         g["reward"] = GateResult(passed=False, detail="non-finite reward reported")
     else:
-        rt = reward_test(summary.rewards, baseline.rewards, c.reward_tolerance, c.reward_test_alpha)
+        rt = reward_test(summary.rewards, baseline.rewards, c.reward_tolerance, c.reward_test_alpha, confirmation)
         g["reward"] = GateResult(
             passed=not rt.reject,
             detail=f"mean reward {rt.mean_c:.4f} vs baseline {rt.mean_b:.4f}: drop {rt.drop:.1%} "
             f"(one-sided {1 - rt.alpha:.0%} bounds {rt.lo:.1%}..{rt.hi:.1%}, {rt.method}"
             + (f", df {rt.df:g}" if math.isfinite(rt.df) else "")
-            + f"), tolerance {rt.tolerance:.1%}: {rt.verdict}",
+            + f"), tolerance {rt.tolerance:.1%}"
+            + (", non-inferiority" if confirmation else "")
+            + f": {rt.verdict}",
         )
     return g
 

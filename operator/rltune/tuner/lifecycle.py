@@ -371,7 +371,7 @@ class _Lifecycle:
     def start_baseline(self) -> None:
         self.report_coverage()
         if not any(t.kind == "baseline" for t in self.status.trials):
-            self.add_trial("baseline", "baseline", self.spec.baseline, self.spec.budget.steps_per_trial)
+            self.add_trial("baseline", "baseline", self.spec.baseline, R.baseline_steps(self.spec))
         self.status.baseline = self.status.baseline or BaselineStatus(
             state=TrialState.PENDING, gpus=R.gpus_of(self.spec, self.spec.baseline)
         )
@@ -522,7 +522,7 @@ class _Lifecycle:
             if spec is self.spec
             else R.make_tuner(spec, [x for x in self.status.trials if x.kind == "baseline"])
         )
-        judged = judge.judge(R.to_record(self.spec, t), summary)
+        judged = judge.judge(R.to_record(self.spec, t), summary, confirmation=t.kind == "confirm")
         R.apply_judgement(t, judged, keep_rewards=False)
         if t.objective is None and summary.steps:
             t.objective = R.objective_of(spec, summary.step_time_mean, t.gpus)
@@ -574,12 +574,52 @@ class _Lifecycle:
         bs.breakdown = {k: round(v, 4) for k, v in summary.phases.items()}
         bs.bottleneck = prof.bottleneck
         bs.evidence = [e.strip()[:200] for e in prof.evidence.split(";") if e.strip()][:16] or None
+        self.report_reward_power(summary.rewards)
         self.info(
             "Profiled",
             f"baseline {bs.step_seconds:.1f}s/step on {base.gpus} GPUs, "
             f"bottleneck {bs.bottleneck}: {'; '.join(bs.evidence or [])}"[:1000],
         )
         self.phase(Phase.SEARCHING, f"baseline {bs.step_seconds:.1f}s/step, bottleneck {bs.bottleneck}: searching")
+
+    def report_reward_power(self, base_rewards: list[float]) -> None:
+        """Condition RewardGatePowered: can the winner's confirmation show its reward within the
+        tolerance, at the baseline's measured reward noise, with <= 5% false alarms? Said up front
+        so that a job whose budget cannot resolve its tolerance is not read as quality-checked."""
+        from . import gates as G
+
+        b, c = self.spec.budget, self.spec.constraints
+        tol, cond = c.reward_tolerance, "RewardGatePowered"
+        if b.confirm_steps == 0:
+            msg = (
+                "budget.confirmSteps is 0: trials are only screened for drops shown beyond the "
+                f"{tol:.1%} tolerance (short trials catch drops of about 2-3x it); set confirmSteps to test the "
+                "winner's reward for non-inferiority"
+            )
+            set_condition(self.status, cond, "False", "NoConfirmation", msg, self.gen, self.now)
+            return
+        scored = b.confirm_steps - b.warmup_steps
+        p = G.reward_power(base_rewards, scored, tol, c.reward_test_alpha)
+        if p is None:
+            msg = "fewer than 3 baseline rewards: the reward noise, and so the confirmation's power, is unknown"
+            set_condition(self.status, cond, "Unknown", "NoNoiseEstimate", msg, self.gen, self.now)
+            return
+        need = (
+            f"confirmSteps >= {p.needed + b.warmup_steps}"
+            if p.needed is not None
+            else f"more than {G.MAX_SCORED} steps"
+        )
+        msg = (
+            f"baseline reward noise {p.noise:.1%} of its mean per step; the confirmation's {scored} scored steps "
+            f"show a healthy winner within the {tol:.1%} tolerance except ~{p.false_alarm:.0%} of the time "
+            f"(<= {G.FALSE_ALARM_GOAL:.0%} needs {need}, or a larger constraints.rewardTolerance)"
+        )
+        ok = p.false_alarm <= G.FALSE_ALARM_GOAL
+        set_condition(
+            self.status, cond, "True" if ok else "False", "Resolved" if ok else "Underpowered", msg, self.gen, self.now
+        )
+        if not ok:
+            self.warn("RewardGateUnderpowered", msg)
 
     def search(self) -> None:
         st, budget = self.status, self.spec.budget

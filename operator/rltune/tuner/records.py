@@ -66,6 +66,12 @@ def gpus_of(spec: RLTuningJobSpec, config: RLConfig) -> int:
     return config.gpus or spec.resources.gpu_budget
 
 
+def baseline_steps(spec: RLTuningJobSpec) -> int:
+    """Steps of the baseline's profile: as long as the winner's confirmation run, whose reward is
+    judged against it by non-inferiority (equal lengths per side give that test its power)."""
+    return max(spec.budget.steps_per_trial, spec.budget.confirm_steps)
+
+
 # ----------------------------------------------------------------- summaries, flat in the status
 
 
