@@ -262,6 +262,8 @@ def cmd_tune(args) -> int:
 
 
 def results_dict(ns, name, spec, res, mode) -> dict:
+    from .report import reward_gate
+
     return {
         "job": f"{ns}/{name}",
         "mode": mode,
@@ -274,6 +276,7 @@ def results_dict(ns, name, spec, res, mode) -> dict:
         "profile": res.profile.dump() if res.profile is not None else None,
         "timeline": [list(t) for t in res.timeline],
         "poolOffer": res.status.pool_offer.model_dump(by_alias=True) if res.status.pool_offer else None,
+        "rewardGate": reward_gate(res.status),
     }
 
 

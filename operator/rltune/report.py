@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from typing import Optional
 
 PHASE_ORDER = ("generation", "old_logprob", "ref_logprob", "training", "weight_sync")
 
@@ -185,7 +186,14 @@ def result_from_job(job: dict) -> dict:
         "profile": {"evidence": "; ".join(bs.evidence or []), "bottleneck": bs.bottleneck} if bs else None,
         "timeline": timeline,
         "poolOffer": st.pool_offer.model_dump(by_alias=True) if st.pool_offer else None,
+        "rewardGate": reward_gate(st),
     }
+
+
+def reward_gate(st) -> Optional[dict]:
+    """The RewardGatePowered condition (docs/tuner.md "The shipped reward gate") for the summary."""
+    c = next((c for c in st.conditions if c.type == "RewardGatePowered"), None)
+    return {"status": c.status, "reason": c.reason, "message": c.message} if c else None
 
 
 def render(result: dict, path: str) -> None:
@@ -218,6 +226,9 @@ def render(result: dict, path: str) -> None:
         lines_summary.append(f"Forecaster median |error| on trials: {result['forecastError']:.1%}.")
     if result.get("poolOffer"):
         lines_summary.append(f"Other GPU pools: {result['poolOffer'].get('message', '')}.")
+    if result.get("rewardGate"):
+        rg = result["rewardGate"]
+        lines_summary.append(f"Reward gate ({rg['reason']}): {rg['message']}.")
     rows = _rows(result)
     if out.suffix.lower() in (".html", ".htm"):
         h = [

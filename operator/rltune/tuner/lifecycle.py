@@ -609,12 +609,16 @@ class _Lifecycle:
             if p.needed is not None
             else f"more than {G.MAX_SCORED} steps"
         )
+        ok = p.false_alarm <= G.FALSE_ALARM_GOAL
         msg = (
             f"baseline reward noise {p.noise:.1%} of its mean per step; the confirmation's {scored} scored steps "
-            f"show a healthy winner within the {tol:.1%} tolerance except ~{p.false_alarm:.0%} of the time "
-            f"(<= {G.FALSE_ALARM_GOAL:.0%} needs {need}, or a larger constraints.rewardTolerance)"
+            f"fail a healthy winner (not shown within the {tol:.1%} tolerance) ~{p.false_alarm:.1%} of the time"
+            + (
+                f" (<= {G.FALSE_ALARM_GOAL:.0%} from {need})"
+                if ok
+                else f"; <= {G.FALSE_ALARM_GOAL:.0%} needs {need}, or a larger constraints.rewardTolerance"
+            )
         )
-        ok = p.false_alarm <= G.FALSE_ALARM_GOAL
         set_condition(
             self.status, cond, "True" if ok else "False", "Resolved" if ok else "Underpowered", msg, self.gen, self.now
         )
