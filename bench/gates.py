@@ -38,6 +38,12 @@ step])); the noise draws differ from simulate_trial's (whose generator first fee
 but have the same distribution. `--check` (on by default) verifies the path: for every job the
 noiseless records equal simulate_trial(noise=False) exactly.
 
+After the per-budget tables, `--shipped S/W/C` (default 6/1/12) runs the gate as the lifecycle does:
+a screening trial of S steps, then the winner's confirmation of C steps, under each
+constraints.rewardGate (screen: the confirmation screened again against a baseline of S steps;
+nonInferiority: judged by non-inferiority against a baseline of max(S, C) steps), with every
+regression injected into both runs of the candidate (`run_shipped`).
+
 Writes the raw counts to out/bench-gates.json. About a minute on one core with the defaults.
 """
 
@@ -268,75 +274,88 @@ def run_job(job: dict, job_index: int, budgets, seeds: int, check: bool) -> dict
 
 
 def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds: int) -> dict:
-    """The reward gate as the lifecycle ships it, per injected regression: each candidate is screened
-    by one trial of stepsPerTrial steps (gates.evaluate) and, if it passes, its confirmation run of
-    confirmSteps steps is judged by non-inferiority (gates.evaluate(confirmation=True)); both against
-    one baseline profiled for records.baseline_steps(spec) steps. The regression is injected into
-    both runs of the candidate (the same configuration twice), sized on the baseline's noiseless mean."""
+    """The reward gate as the lifecycle runs it, per injected regression and per constraints.rewardGate:
+    each candidate is screened by one trial of stepsPerTrial steps (gates.evaluate) and, if it passes,
+    its confirmation run of confirmSteps steps is judged again: by the same screening test
+    (rewardGate screen, baseline of stepsPerTrial steps) or by non-inferiority (nonInferiority,
+    gates.evaluate(confirmation=True), baseline of max(stepsPerTrial, confirmSteps) steps:
+    records.baseline_steps). The regression is injected into both runs of the candidate (the same
+    configuration twice), sized on the baseline's noiseless mean."""
     steps, warmup, confirm = shipped
     spec = RLTuningJobSpec.model_validate(job["spec"])
     spec.budget.steps_per_trial, spec.budget.warmup_steps, spec.budget.confirm_steps = steps, warmup, confirm
     cfg = baseline_record(spec).config
-    qb = QualityTrials(spec, cfg, records.baseline_steps(spec), warmup)
-    qs = qb if steps == qb.steps else QualityTrials(spec, cfg, steps, warmup)
-    qc = qb if confirm == qb.steps else QualityTrials(spec, cfg, confirm, warmup)
     c = spec.constraints
-    cells: dict[str, dict] = {}
-    for s in range(seeds):
-        seed_b = job_index * 1_000_000 + 900_000 + s
-        base = summarize(qb.trial(seed_b))
-        base = records.unflatten_summary(records.flatten_summary(base, keep_rewards=True))
-        screen = injections(qs, qs.trial(seed_b + 50_000), seed_b, spec, qb.mu_reward)
-        conf = injections(qc, qc.trial(seed_b + 60_000), seed_b + 1, spec, qb.mu_reward)
-        for (reg, size, rs), (_, _, rc) in zip(screen, conf, strict=True):
-            cell = cells.setdefault(f"{reg}|{size:g}", {"regression": reg, "size": size, "n": 0})
-            cell["n"] += 1
-            s_ok = G.passed(G.evaluate(summarize(rs), base, c))
-            c_ok = s_ok and G.passed(G.evaluate(summarize(rc), base, c, confirmation=True))
-            cell["screen"] = cell.get("screen", 0) + (not s_ok)
-            cell["confirm"] = cell.get("confirm", 0) + (s_ok and not c_ok)
-            cell["blocked"] = cell.get("blocked", 0) + (not c_ok)
-    return {"job": job["metadata"]["name"], "baseline_steps": qb.steps, "cells": cells}
+    qs = QualityTrials(spec, cfg, steps, warmup)
+    qc = qs if confirm == steps else QualityTrials(spec, cfg, confirm, warmup)
+    out = {}
+    for mode in ("screen", "nonInferiority"):
+        spec.constraints.reward_gate = mode
+        nb = records.baseline_steps(spec)
+        qb = qs if nb == steps else qc if nb == confirm else QualityTrials(spec, cfg, nb, warmup)
+        cells: dict[str, dict] = {}
+        for s in range(seeds):
+            seed_b = job_index * 1_000_000 + 900_000 + s
+            base = summarize(qb.trial(seed_b))
+            base = records.unflatten_summary(records.flatten_summary(base, keep_rewards=True))
+            screen = injections(qs, qs.trial(seed_b + 50_000), seed_b, spec, qb.mu_reward)
+            conf = injections(qc, qc.trial(seed_b + 60_000), seed_b + 1, spec, qb.mu_reward)
+            for (reg, size, rs), (_, _, rc) in zip(screen, conf, strict=True):
+                cell = cells.setdefault(f"{reg}|{size:g}", {"regression": reg, "size": size, "n": 0})
+                cell["n"] += 1
+                s_ok = G.passed(G.evaluate(summarize(rs), base, c))
+                ni = mode == "nonInferiority"
+                c_ok = s_ok and G.passed(G.evaluate(summarize(rc), base, c, confirmation=ni))
+                cell["screen"] = cell.get("screen", 0) + (not s_ok)
+                cell["confirm"] = cell.get("confirm", 0) + (s_ok and not c_ok)
+                cell["blocked"] = cell.get("blocked", 0) + (not c_ok)
+        out[mode] = {"baseline_steps": nb, "cells": cells}
+    return {"job": job["metadata"]["name"], "modes": out}
 
 
 def aggregate_shipped(per_job: list[dict]) -> dict:
-    cells: dict[str, dict] = {}
-    for pj in per_job:
-        for k, c in pj["cells"].items():
-            a = cells.setdefault(k, {"regression": c["regression"], "size": c["size"], "n": 0})
-            for f in ("n", "screen", "confirm", "blocked"):
-                a[f] = a.get(f, 0) + c[f]
-    fa = cells["healthy|0"]["blocked"] / cells["healthy|0"]["n"]
-    at_tol = cells["reward drop|1"]["blocked"] / cells["reward drop|1"]["n"]
-    return {
-        "cells": cells,
-        "false_alarm": fa,
-        "catch_at_tolerance": at_tol,
-        "goal_met": fa <= GOAL_FALSE and at_tol >= GOAL_CATCH,
-    }
+    out = {}
+    for mode in ("screen", "nonInferiority"):
+        cells: dict[str, dict] = {}
+        for pj in per_job:
+            for k, c in pj["modes"][mode]["cells"].items():
+                a = cells.setdefault(k, {"regression": c["regression"], "size": c["size"], "n": 0})
+                for f in ("n", "screen", "confirm", "blocked"):
+                    a[f] = a.get(f, 0) + c[f]
+        fa = cells["healthy|0"]["blocked"] / cells["healthy|0"]["n"]
+        at_tol = cells["reward drop|1"]["blocked"] / cells["reward drop|1"]["n"]
+        out[mode] = {
+            "baseline_steps": per_job[0]["modes"][mode]["baseline_steps"],
+            "cells": cells,
+            "false_alarm": fa,
+            "catch_at_tolerance": at_tol,
+            "goal_met": fa <= GOAL_FALSE and at_tol >= GOAL_CATCH,
+        }
+    return out
 
 
-def print_shipped(agg: dict, shipped: tuple[int, int, int], baseline_steps: int, jobs: int, seeds: int) -> None:
+def print_shipped(agg: dict, shipped: tuple[int, int, int], jobs: int, seeds: int) -> None:
     steps, warmup, confirm = shipped
-    print(
-        f"\n## The shipped reward gate: screening trials of {steps} steps, the winner's confirmation of "
-        f"{confirm} steps by non-inferiority, a baseline of {baseline_steps} steps (warm-up {warmup}; "
-        f"{jobs} jobs x {seeds} seeds)\n"
-    )
-    print("| regression | size | rejected by screening | then by confirmation | kept from shipping |")
-    print("|---|---|---|---|---|")
-    for c in agg["cells"].values():
-        if c["regression"] == "reward drop" and c["size"] not in TABLE_DROPS:
-            continue
-        n = c["n"]
+    for mode, a in agg.items():
         print(
-            f"| {c['regression']} | {_size(c)} | {_share(c['screen'], n)} | {_share(c['confirm'], n)} "
-            f"| {_share(c['blocked'], n)} |"
+            f"\n## constraints.rewardGate {mode}: screening trials of {steps} steps, the winner's confirmation of "
+            f"{confirm} steps ({'non-inferiority' if mode == 'nonInferiority' else 'screened again'}), a baseline "
+            f"of {a['baseline_steps']} steps (warm-up {warmup}; {jobs} jobs x {seeds} seeds)\n"
         )
-    print(
-        f"\nshipped gate: false alarms {100 * agg['false_alarm']:.1f}%; caught at the tolerance "
-        f"{100 * agg['catch_at_tolerance']:.1f}%; goal {'met' if agg['goal_met'] else 'missed'}"
-    )
+        print("| regression | size | rejected by screening | then by confirmation | kept from shipping |")
+        print("|---|---|---|---|---|")
+        for c in a["cells"].values():
+            if c["regression"] == "reward drop" and c["size"] not in TABLE_DROPS:
+                continue
+            n = c["n"]
+            print(
+                f"| {c['regression']} | {_size(c)} | {_share(c['screen'], n)} | {_share(c['confirm'], n)} "
+                f"| {_share(c['blocked'], n)} |"
+            )
+        print(
+            f"\nrewardGate {mode}: false alarms {100 * a['false_alarm']:.1f}%; caught at the tolerance "
+            f"{100 * a['catch_at_tolerance']:.1f}%; goal {'met' if a['goal_met'] else 'missed'}"
+        )
 
 
 def aggregate(per_job: list[dict]) -> dict:
@@ -440,7 +459,8 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--shipped",
         default="6/1/12",
-        help="stepsPerTrial/warmupSteps/confirmSteps of the shipped-gate table (default: the CRD's defaults)",
+        help="stepsPerTrial/warmupSteps/confirmSteps of the shipped-gate tables (default: the CRD's stepsPerTrial "
+        "and warm-up, and the confirmSteps that nonInferiority needs at the twin's reward noise)",
     )
     ap.add_argument("--no-check", action="store_true", help="skip the check against simulate_trial")
     ap.add_argument("--out", default=str(ROOT / "out" / "bench-gates.json"))
@@ -462,7 +482,7 @@ def main(argv=None) -> int:
     agg = aggregate(per_job)
     agg_shipped = aggregate_shipped(per_job_shipped)
     print_tables(agg, len(js), a.seeds, per_job[0]["constraints"])
-    print_shipped(agg_shipped, shipped, per_job_shipped[0]["baseline_steps"], len(js), a.seeds)
+    print_shipped(agg_shipped, shipped, len(js), a.seeds)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(

@@ -191,7 +191,7 @@ def result_from_job(job: dict) -> dict:
 
 
 def reward_gate(st) -> Optional[dict]:
-    """The RewardGatePowered condition (docs/tuner.md "The shipped reward gate") for the summary."""
+    """The RewardGatePowered condition (docs/tuner.md "The reward gate on the winner") for the summary."""
     c = next((c for c in st.conditions if c.type == "RewardGatePowered"), None)
     return {"status": c.status, "reason": c.reason, "message": c.message} if c else None
 

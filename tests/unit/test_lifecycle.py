@@ -193,10 +193,12 @@ def test_waiting_for_kueue_admission_is_no_schedule_timeout():
 
 
 def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
-    """The baseline is profiled as long as the confirmation; a confirmation whose reward is 8% lower
-    (the screening trials were healthy) fails non-inferiority, the winner is not confirmed, nothing is
-    banned for it, and the job ends without a winner rather than shipping the drop."""
-    spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 8})
+    """rewardGate nonInferiority: the baseline is profiled as long as the confirmation; a confirmation
+    whose reward is 8% lower (the screening trials were healthy) fails non-inferiority, the winner is
+    not confirmed, nothing is banned for it, and the job ends without a winner rather than shipping
+    the drop."""
+    budget = {"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 8}
+    spec = job(budget=budget, constraints={"rewardGate": "nonInferiority"})
 
     def dropped(t, cfg):
         r = 0.5 * (0.92 if t.kind == "confirm" else 1.0)
@@ -216,9 +218,27 @@ def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
     assert cond.status == "True" and cond.reason == "Resolved", cond.message
 
 
+def test_the_default_screening_gate_keeps_the_baseline_short_and_says_what_it_holds():
+    """rewardGate screen (the default): the baseline runs stepsPerTrial steps and the condition says
+    the gate only screens, naming the confirmSteps non-inferiority would need."""
+    spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 8})
+
+    def dropped(t, cfg):
+        r = 0.5 * (0.92 if t.kind == "confirm" else 1.0)
+        return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=r, seed=len(t.id)))
+
+    status, _ = drive(spec, dropped)
+    assert status.trials[0].steps == 4
+    cond = {c.type: c for c in status.conditions}["RewardGatePowered"]
+    assert (cond.status, cond.reason) == ("False", "ScreeningOnly") and "confirmSteps >= " in cond.message
+
+
 def test_the_reward_gates_power_is_stated_in_a_condition():
     def powered(budget, sd):
-        spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4} | budget)
+        spec = job(
+            budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4} | budget,
+            constraints={"rewardGate": "nonInferiority"},
+        )
 
         def noisy(t, cfg):
             return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward_sd=sd, seed=3))

@@ -685,6 +685,13 @@ class Constraints(CamelModel):
     reward_test_alpha: float = Field(
         0.05, gt=0, lt=1, description="Significance level of the one-sided reward test against the baseline."
     )
+    reward_gate: Literal["screen", "nonInferiority"] = Field(
+        "screen",
+        description="screen: every trial, the confirmation included, is rejected only when its reward is shown "
+        "more than rewardTolerance below the baseline's. nonInferiority: the winner's confirmation must show its "
+        "drop within rewardTolerance (the baseline is then profiled for max(stepsPerTrial, confirmSteps) steps; "
+        "condition RewardGatePowered says whether confirmSteps resolve the tolerance).",
+    )
 
 
 class Budget(CamelModel):
@@ -693,12 +700,11 @@ class Budget(CamelModel):
     steps_per_trial: int = Field(6, ge=2, le=100, description="RL steps each trial runs, warm-up included.")
     warmup_steps: int = Field(1, ge=0, le=50, description="Leading steps excluded from scoring.")
     confirm_steps: int = Field(
-        12,
+        10,
         ge=0,
         le=200,
-        description="Steps of the winner's confirmation run, warm-up included (0 = none). The baseline is "
-        "profiled as long, and the winner's reward must be shown within constraints.rewardTolerance of the "
-        "baseline's over these steps (non-inferiority).",
+        description="Steps of the winner's confirmation run, warm-up included (0 = none). With "
+        "constraints.rewardGate nonInferiority the baseline is profiled as long.",
     )
     max_failed_trials: int = Field(6, ge=1, le=200, description="Failed trials after which the job fails.")
     planned_steps: int = Field(

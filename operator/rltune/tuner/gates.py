@@ -21,10 +21,11 @@ Gates (each returns a verdict text; a trial passing all is `succeeded`, otherwis
              why the gate does not use the non-inferiority framing, reject unless hi <= tol).
              Fallbacks: without the degrees of freedom for a trend, a pooled t-test of the means;
              with one step on either side, the plain comparison D > tol.
-             The winner's confirmation run is judged in the non-inferiority framing instead
-             (reject unless hi <= tol) against a baseline profiled as long: this is the stage
-             that holds a drop at the tolerance to <= alpha, with a false-alarm rate the steps
-             and the noise set (`reward_power` estimates it from the baseline's rewards).
+             With constraints.rewardGate nonInferiority the winner's confirmation run is judged
+             in the non-inferiority framing instead (reject unless hi <= tol) against a baseline
+             profiled as long: the stage that holds a drop at the tolerance to <= alpha, with a
+             false-alarm rate the steps and the noise set (`reward_power` estimates it from the
+             baseline's rewards; docs/tuner.md says why it is not the default).
 """
 
 from __future__ import annotations

@@ -522,7 +522,8 @@ class _Lifecycle:
             if spec is self.spec
             else R.make_tuner(spec, [x for x in self.status.trials if x.kind == "baseline"])
         )
-        judged = judge.judge(R.to_record(self.spec, t), summary, confirmation=t.kind == "confirm")
+        ni = t.kind == "confirm" and self.spec.constraints.reward_gate == "nonInferiority"
+        judged = judge.judge(R.to_record(self.spec, t), summary, confirmation=ni)
         R.apply_judgement(t, judged, keep_rewards=False)
         if t.objective is None and summary.steps:
             t.objective = R.objective_of(spec, summary.step_time_mean, t.gpus)
@@ -583,32 +584,43 @@ class _Lifecycle:
         self.phase(Phase.SEARCHING, f"baseline {bs.step_seconds:.1f}s/step, bottleneck {bs.bottleneck}: searching")
 
     def report_reward_power(self, base_rewards: list[float]) -> None:
-        """Condition RewardGatePowered: can the winner's confirmation show its reward within the
-        tolerance, at the baseline's measured reward noise, with <= 5% false alarms? Said up front
-        so that a job whose budget cannot resolve its tolerance is not read as quality-checked."""
+        """Condition RewardGatePowered: does the winner's reward gate hold the tolerance (a drop at it
+        caught >= 95%, a healthy winner failed <= 5% at the baseline's measured reward noise)? Said
+        up front so that a job whose gate cannot is not read as quality-checked at its tolerance."""
         from . import gates as G
 
         b, c = self.spec.budget, self.spec.constraints
         tol, cond = c.reward_tolerance, "RewardGatePowered"
+        screen = (
+            f"trials are only screened for drops shown beyond the {tol:.1%} tolerance (short trials catch drops of "
+            "about 2-3x it)"
+        )
         if b.confirm_steps == 0:
-            msg = (
-                "budget.confirmSteps is 0: trials are only screened for drops shown beyond the "
-                f"{tol:.1%} tolerance (short trials catch drops of about 2-3x it); set confirmSteps to test the "
-                "winner's reward for non-inferiority"
-            )
+            msg = f"budget.confirmSteps is 0: {screen}; set confirmSteps and constraints.rewardGate nonInferiority"
             set_condition(self.status, cond, "False", "NoConfirmation", msg, self.gen, self.now)
             return
         scored = b.confirm_steps - b.warmup_steps
         p = G.reward_power(base_rewards, scored, tol, c.reward_test_alpha)
+        need = (
+            "?"
+            if p is None
+            else f"confirmSteps >= {p.needed + b.warmup_steps}"
+            if p.needed is not None
+            else f"more than {G.MAX_SCORED} steps"
+        )
+        if c.reward_gate == "screen":
+            msg = f"constraints.rewardGate is screen: {screen}, the confirmation included; " + (
+                f"nonInferiority would hold the winner to it with {need} at the baseline's reward noise "
+                f"({p.noise:.1%} of its mean per step)"
+                if p is not None
+                else "nonInferiority would hold the winner to it"
+            )
+            set_condition(self.status, cond, "False", "ScreeningOnly", msg, self.gen, self.now)
+            return
         if p is None:
             msg = "fewer than 3 baseline rewards: the reward noise, and so the confirmation's power, is unknown"
             set_condition(self.status, cond, "Unknown", "NoNoiseEstimate", msg, self.gen, self.now)
             return
-        need = (
-            f"confirmSteps >= {p.needed + b.warmup_steps}"
-            if p.needed is not None
-            else f"more than {G.MAX_SCORED} steps"
-        )
         ok = p.false_alarm <= G.FALSE_ALARM_GOAL
         msg = (
             f"baseline reward noise {p.noise:.1%} of its mean per step; the confirmation's {scored} scored steps "

@@ -67,9 +67,12 @@ def gpus_of(spec: RLTuningJobSpec, config: RLConfig) -> int:
 
 
 def baseline_steps(spec: RLTuningJobSpec) -> int:
-    """Steps of the baseline's profile: as long as the winner's confirmation run, whose reward is
-    judged against it by non-inferiority (equal lengths per side give that test its power)."""
-    return max(spec.budget.steps_per_trial, spec.budget.confirm_steps)
+    """Steps of the baseline's profile. With constraints.rewardGate nonInferiority as long as the
+    winner's confirmation run, whose reward is judged against it (equal lengths per side give that
+    test its power); otherwise a trial's length."""
+    if spec.constraints.reward_gate == "nonInferiority":
+        return max(spec.budget.steps_per_trial, spec.budget.confirm_steps)
+    return spec.budget.steps_per_trial
 
 
 # ----------------------------------------------------------------- summaries, flat in the status
