@@ -292,6 +292,7 @@ def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds:
     for mode in ("screen", "nonInferiority"):
         spec.constraints.reward_gate = mode
         nb = records.baseline_steps(spec)
+        ni = mode == "nonInferiority"
         qb = qs if nb == steps else qc if nb == confirm else QualityTrials(spec, cfg, nb, warmup)
         cells: dict[str, dict] = {}
         for s in range(seeds):
@@ -304,7 +305,6 @@ def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds:
                 cell = cells.setdefault(f"{reg}|{size:g}", {"regression": reg, "size": size, "n": 0})
                 cell["n"] += 1
                 s_ok = G.passed(G.evaluate(summarize(rs), base, c))
-                ni = mode == "nonInferiority"
                 c_ok = s_ok and G.passed(G.evaluate(summarize(rc), base, c, confirmation=ni))
                 cell["screen"] = cell.get("screen", 0) + (not s_ok)
                 cell["confirm"] = cell.get("confirm", 0) + (s_ok and not c_ok)

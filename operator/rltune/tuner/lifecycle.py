@@ -601,16 +601,17 @@ class _Lifecycle:
             return
         scored = b.confirm_steps - b.warmup_steps
         p = G.reward_power(base_rewards, scored, tol, c.reward_test_alpha)
-        need = (
-            "?"
-            if p is None
-            else f"confirmSteps >= {p.needed + b.warmup_steps}"
-            if p.needed is not None
-            else f"more than {G.MAX_SCORED} steps"
-        )
+
+        def need(p: G.RewardPower) -> str:
+            return (
+                f"confirmSteps >= {p.needed + b.warmup_steps}"
+                if p.needed is not None
+                else f"more than {G.MAX_SCORED} steps"
+            )
+
         if c.reward_gate == "screen":
             msg = f"constraints.rewardGate is screen: {screen}, the confirmation included; " + (
-                f"nonInferiority would hold the winner to it with {need} at the baseline's reward noise "
+                f"nonInferiority would hold the winner to it with {need(p)} at the baseline's reward noise "
                 f"({p.noise:.1%} of its mean per step)"
                 if p is not None
                 else "nonInferiority would hold the winner to it"
@@ -626,9 +627,9 @@ class _Lifecycle:
             f"baseline reward noise {p.noise:.1%} of its mean per step; the confirmation's {scored} scored steps "
             f"fail a healthy winner (not shown within the {tol:.1%} tolerance) ~{p.false_alarm:.1%} of the time"
             + (
-                f" (<= {G.FALSE_ALARM_GOAL:.0%} from {need})"
+                f" (<= {G.FALSE_ALARM_GOAL:.0%} from {need(p)})"
                 if ok
-                else f"; <= {G.FALSE_ALARM_GOAL:.0%} needs {need}, or a larger constraints.rewardTolerance"
+                else f"; <= {G.FALSE_ALARM_GOAL:.0%} needs {need(p)}, or a larger constraints.rewardTolerance"
             )
         )
         set_condition(
