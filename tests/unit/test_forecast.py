@@ -1,6 +1,7 @@
 """Forecaster: calibration to a measured baseline, phases moving the right way, memory fit."""
 
 import dataclasses
+import math
 
 import pytest
 from test_tuner_fixtures import job, steps
@@ -224,3 +225,66 @@ def test_measured_generated_tokens_replace_the_declared_mean():
         assert fc.task.mean_len == pytest.approx(tf.mean_len * frac)
         preds.append(fc.raw(other.flat()).phases["generation"])
     assert preds[1] < 0.8 * preds[0]
+
+
+def _physics_phases(spec, cfg, monkeypatch=None, preempt_cost=None) -> dict:
+    """The physics' phases of `cfg`, optionally with another preemption cost (the 'true' cluster)."""
+    from rltune.tuner import physics
+
+    if preempt_cost is not None:
+        monkeypatch.setattr(physics, "PREEMPT_COST", preempt_cost)
+    physics.rollout_part.cache_clear()
+    try:
+        return dict(Forecaster(spec).raw(cfg.flat()).phases)
+    finally:
+        if preempt_cost is not None:
+            monkeypatch.undo()
+        physics.rollout_part.cache_clear()
+
+
+def test_preemption_slows_what_the_kv_cache_cannot_hold_not_the_thinned_drain(monkeypatch):
+    """vLLM preempts only while it holds more sequences than its KV cache fits: the full batch pays
+    the whole preemption term, the last batch's drain less and less as it thins, and a configuration
+    whose cache holds its batch pays nothing. preempt_log is the log of the slowdown it adds."""
+    from rltune.tuner import physics
+
+    spec = job()
+    starved = spec.baseline.with_knobs({"rollout.tp": 1, "rollout.gpuMemoryUtilization": 0.4})
+    roomy = spec.baseline.with_knobs({"rollout.tp": 4})
+    bd = Forecaster(spec).raw(starved.flat())
+    full_batch = 1.0 + physics.PREEMPT_COST * min(bd.kv_pressure - 1.0, 3.0)
+    slowdown = (
+        _physics_phases(spec, starved)["generation"]
+        / _physics_phases(spec, starved, monkeypatch, preempt_cost=0.0)["generation"]
+    )
+    assert 1.3 < slowdown < full_batch - 0.1
+    assert bd.preempt_log == pytest.approx(math.log(slowdown), rel=1e-6)
+    assert Forecaster(spec).raw(roomy.flat()).preempt_log == 0.0
+    assert _physics_phases(spec, roomy) == _physics_phases(spec, roomy, monkeypatch, preempt_cost=0.0)
+
+
+def test_the_preemption_mechanism_is_calibrated_as_a_mechanism_not_a_knob_value(monkeypatch):
+    """A KV-starved baseline whose preemption costs less than the physics thinks: a per-knob
+    correction would put that surprise into the intercept and carry it to every configuration
+    (here the unmeasured rollout TP 2, whose cache holds its batch), forecasting it far too fast. The
+    mechanism term (m:preempt) takes it instead, so the unstarved forecast stays near the truth."""
+    from rltune.tuner import forecast
+
+    spec = job(baseline={"rollout": {"tp": 1, "gpuMemoryUtilization": 0.4}, "trainer": {"tp": 2, "ep": 8}})
+    roomy = spec.baseline.with_knobs({"rollout.tp": 4})
+    target = spec.baseline.with_knobs({"rollout.tp": 2})
+    base_t, roomy_t, target_t = (
+        _physics_phases(spec, c, monkeypatch, preempt_cost=0.05) for c in (spec.baseline, roomy, target)
+    )
+    obs = [(c, summarize(steps(t, noise=0.0))) for c, t in ((spec.baseline, base_t), (roomy, roomy_t))]
+    assert Forecaster(spec).raw(spec.baseline.flat()).preempt_log > 0.3
+    assert Forecaster(spec).raw(target.flat()).preempt_log < 0.1
+
+    def error() -> float:
+        fc = Forecaster(spec, obs)
+        return abs(fc.predict(target).phases["generation"] / target_t["generation"] - 1.0)
+
+    with_mechanism = error()
+    monkeypatch.setitem(forecast.KNOB_SD["generation"], "m:preempt", 1e-6)
+    without = error()
+    assert with_mechanism < 0.15 and with_mechanism < without / 2

@@ -65,10 +65,23 @@ SIDE = {
     "training": "trainer",
     "weight_sync": "sync",
 }
+# Mechanism terms (names "m:..."): continuous regressors, the log of the slowdown one uncertain
+# mechanism of the physics adds to a configuration (RolloutPart.preempt_log: preemption under KV
+# over-subscription). Its coefficient scales the mechanism wherever it acts: 0 = the physics is right,
+# -1 = the mechanism costs nothing here, +1 = twice its log cost. A knob-value correction cannot do
+# this: learned where the mechanism dominates (a KV-starved baseline) it would be carried to every
+# configuration sharing the knob value, starved or not.
+MECHANISM_SD = 1.0
+# Rows whose rollout the preemption term slows by more than this (log) do not set the bulk/tail split.
+PREEMPT_SPLIT_MAX = 0.05
 # Besides the knobs, the corrections see quantities derived from several knobs: the rollout and
 # trainer GPU counts (c:gr, c:gt), whether partial rollout streams (c:partial: it needs staleness
 # >= 1) and the GPU count (c:gpus). Their priors per side:
-DERIVED_SD = {"rollout": {"c:gr": 0.3, "c:partial": 0.5}, "trainer": {"c:gt": 0.2}, "sync": {"c:gt": 0.2, "c:gr": 0.2}}
+DERIVED_SD = {
+    "rollout": {"c:gr": 0.3, "c:partial": 0.5, "m:preempt": MECHANISM_SD},
+    "trainer": {"c:gt": 0.2},
+    "sync": {"c:gt": 0.2, "c:gr": 0.2},
+}
 # How much the physics prior is trusted per knob (a trial that moves several knobs at once
 # attributes its surprise mostly to the knobs the physics knows least: partial rollout, EP, TP):
 # the catalog's priors, plus the derived quantities'.
@@ -83,14 +96,16 @@ STEP_INTERCEPT_SD = 0.15
 NOISE_SD = 0.07
 
 # The columns of each side's correction, in a fixed order (the fit's column order).
-ROLLOUT_KNOBS_C = ("c:gr",) + calibrated("rollout") + ("c:partial",)
+ROLLOUT_KNOBS_C = ("c:gr",) + calibrated("rollout") + ("c:partial", "m:preempt")
 TRAINER_KNOBS_C = ("c:gt",) + calibrated("trainer")
 SYNC_KNOBS_C = calibrated("sync") + ("c:gt", "c:gr")
 PHASE_KNOBS = {
     p: {"rollout": ROLLOUT_KNOBS_C, "trainer": TRAINER_KNOBS_C, "sync": SYNC_KNOBS_C}[side] for p, side in SIDE.items()
 }
 ALL_KNOBS_C = tuple(
-    dict.fromkeys(ROLLOUT_KNOBS_C + TRAINER_KNOBS_C + SYNC_KNOBS_C + ("async.partialRollout", "c:gpus"))
+    kn
+    for kn in dict.fromkeys(ROLLOUT_KNOBS_C + TRAINER_KNOBS_C + SYNC_KNOBS_C + ("async.partialRollout", "c:gpus"))
+    if not kn.startswith("m:")
 )
 UNCALIBRATED_SD = 0.30  # relative uncertainty of the physics prior with no measurement at all
 # Relative uncertainty a forecast gains when the job's calibration is carried to another GPU type:
@@ -100,9 +115,10 @@ UNCALIBRATED_SD = 0.30  # relative uncertainty of the physics prior with no meas
 TRANSFER_SD = 0.12
 
 
-def features(k: dict, gpus: int, gt: int, gr: int) -> dict[str, float]:
+def features(k: dict, gpus: int, gt: int, gr: int, preempt: float = 0.0) -> dict[str, float]:
     """A configuration (flat knobs, its GPU split) as the forecaster sees it: the catalog's feature
-    encodings (ALL_FEATS), the knob values its corrections read, and the derived quantities."""
+    encodings (ALL_FEATS), the knob values its corrections read, the derived quantities and the
+    mechanism terms (`preempt`: the physics' RolloutPart.preempt_log)."""
     partial = bool(k["async.partialRollout"] and k["async.staleness"] >= 1)  # partial rollout streams
     eff = k | {"async.partialRollout": partial}
     enc = {f: fn(eff[kn.path]) for kn in CATALOG for f, fn in kn.features.items()}
@@ -115,6 +131,7 @@ def features(k: dict, gpus: int, gt: int, gr: int) -> dict[str, float]:
             "c:gt": gt,
             "c:gpus": gpus,
             "c:partial": partial,
+            "m:preempt": preempt,
         }
     )
 
@@ -148,11 +165,12 @@ class _BLR:
         noise: "float | np.ndarray" = NOISE_SD,
     ):
         self.knobs, self.base = knobs, base
-        cols = []
+        # a mechanism term is one continuous column, present whether or not a row has shown it
+        cols = [(kn, None) for kn in knobs if kn.startswith("m:")]
         for f in rows:
             for kn in knobs:
                 v = f.get(kn)
-                if v != base.get(kn) and (kn, v) not in cols:
+                if not kn.startswith("m:") and v != base.get(kn) and (kn, v) not in cols:
                     cols.append((kn, v))
         self.cols = cols
         self.index = {c: i + 1 for i, c in enumerate(cols)}
@@ -171,7 +189,9 @@ class _BLR:
         for r, f in enumerate(rows):
             for kn in self.knobs:
                 v = f.get(kn)
-                if v != self.base.get(kn):
+                if kn.startswith("m:"):
+                    X[r, self.index[(kn, None)]] = float(v or 0.0)
+                elif v != self.base.get(kn):
                     i = self.index.get((kn, v))
                     if i is not None:
                         X[r, i] = 1.0
@@ -186,7 +206,7 @@ class _BLR:
                 sum(
                     self.sds.get(kn, self.sd) ** 2
                     for kn in self.knobs
-                    if f.get(kn) != self.base.get(kn) and (kn, f.get(kn)) not in self.index
+                    if not kn.startswith("m:") and f.get(kn) != self.base.get(kn) and (kn, f.get(kn)) not in self.index
                 )
                 for f in rows
             ],
@@ -309,7 +329,7 @@ class Forecaster:
             if not bd.feasible:  # physics thinks it cannot run but it did: use a neutral prior
                 continue
             gpus, gt, gr = physics.split(k, self.budget, self.gpn)
-            rows.append((k, s, bd, features(k, gpus, gt, gr)))
+            rows.append((k, s, bd, features(k, gpus, gt, gr, bd.preempt_log)))
         if not rows:
             return
         # a trial's own step-to-step spread sets how far its means are trusted: a straggling node
@@ -328,8 +348,8 @@ class Forecaster:
         # and tail separately, so a knob that cuts the tail is credited with the tail actually seen.
         lb, lt = [], []
         for _k, s_, bd, f in rows:
-            if f["c:partial"]:
-                continue
+            if f["c:partial"] or f["m:preempt"] > PREEMPT_SPLIT_MAX:
+                continue  # (under preemption the split is the mechanism term's to explain)
             mb, mt = cal_value(s_.phases, "generation_bulk"), s_.phases.get("generation_tail", 0.0)
             pb, pt = cal_value(bd.phases, "generation_bulk"), bd.phases.get("generation_tail", 0.0)
             if mb > 0 and pb > 0 and mt > 0 and pt > 0:
@@ -455,7 +475,7 @@ class Forecaster:
                 )
                 continue
             live.append((i, k, gpus, p_fit))
-            feats.append(features(k, gpus, gt, gr))
+            feats.append(features(k, gpus, gt, gr, bd.preempt_log))
             bds.append(bd)
         if not live:
             return out  # type: ignore[return-value]

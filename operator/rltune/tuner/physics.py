@@ -46,6 +46,9 @@ COLL_LATENCY_S = 6e-6
 # RDMA: ~45-58 of 100 GB/s per docs/references.md 'GPUs').
 NET_LATENCY_S = 10e-6
 NIC_EFF = 0.5
+# Slowdown per unit of KV over-subscription (held sequences / what the cache holds, capped at 4x) from
+# preemption by recomputation: a round prior the calibration corrects.
+PREEMPT_COST = 0.35
 
 
 @dataclass
@@ -61,6 +64,7 @@ class Breakdown:
     colocated_frac: float = 0.0  # colocated: (vLLM share + resident trainer weights)/HBM
     memory: bool = False  # infeasible for memory only (phases are still estimated)
     kv_pressure: float = 0.0  # wanted concurrency / KV-limited concurrency
+    preempt_log: float = 0.0  # log slowdown of the rollout from preemption (RolloutPart.preempt_log)
     batch: float = 0.0  # decode batch per replica
     replicas: int = 0
     rollout_gpus: int = 0
@@ -82,6 +86,9 @@ class RolloutPart:
     kv_pressure: float  # wanted concurrency / KV-limited concurrency
     batch: float  # decode batch per replica
     replicas: int
+    # log of the rollout's slowdown from the preemption term (0 when the KV cache holds every held
+    # sequence): the forecaster's calibration scales this mechanism, not only knob values
+    preempt_log: float = 0.0
 
     @classmethod
     def refused(cls, reason: str) -> "RolloutPart":
@@ -342,9 +349,19 @@ def rollout_part(
     d0 = rate(min(inflight, slots), live_ctx - tf.prompt)[1]
     m0 = max(1.0, min(inflight, slots / d0))
     b = min(m0 * d0, slots)
-    pressure = min(max_seqs, inflight) / max(b_kv, 1e-9)
+    admitted = min(max_seqs, inflight)
+    pressure = admitted / max(b_kv, 1e-9)
+
+    def preempt(held: float) -> float:
+        """Slowdown while the engine holds `held` sequences: vLLM over-admits up to max_num_seqs and,
+        while their KV exceeds the cache, preempts and re-prefills (docs/references.md 'Preemption');
+        a draining batch that has thinned below the cache's capacity preempts nothing."""
+        p = held / max(b_kv, 1e-9)
+        return 1.0 + PREEMPT_COST * min(p - 1.0, 3.0) if p > 1.0 and not partial else 1.0
+
     tokens = n_r * tf.mean_len
     tool = 0.0
+    unpenalised = 0.0  # the same rollout without the preemption term
     if partial:  # streaming: contexts of sequences caught at a random point of their lives
         gen = tokens / m0 * rate(m0, live_ctx - tf.prompt)[0]
         t_med = gen
@@ -356,19 +373,22 @@ def rollout_part(
         drain, t_half, l_med = 0.0, None, median_response(tf)
         for lo, hi in zip(edges, edges[1:]):
             mid = 0.5 * (lo + hi)
-            live = max(m0 * _survival(tf, mid), 1.0)
+            surv = _survival(tf, mid)
+            live = max(m0 * surv, 1.0)
             r, d = rate(live, mid)
-            drain += (hi - lo) * r
+            rp = r * preempt(admitted * surv)
+            drain += (hi - lo) * rp
+            unpenalised += (hi - lo) * r
             tool += (hi - lo) * r * (1.0 - d) ** live if tau else 0.0  # engine idle: all live in tools
             if t_half is None and hi >= l_med:
-                t_half = drain - (hi - l_med) * r
+                t_half = drain - (hi - l_med) * rp
         queued = max(0.0, tokens - m0 * tf.mean_len)  # decoded at a full batch before the drain
-        gen = queued / m0 * rate(m0, live_ctx - tf.prompt)[0] + drain
+        bulk = queued / m0 * rate(m0, live_ctx - tf.prompt)[0]
+        gen = bulk * preempt(admitted) + drain
+        unpenalised += bulk
         conc = min(1.0, m0 / n_r)
         t_med = conc * (t_half or drain) + (1.0 - conc) * 0.5 * gen
-    # vLLM over-admits, then preempts and re-prefills (docs/references.md 'Performance-model facts')
-    if pressure > 1.0 and not partial:
-        gen *= 1.0 + 0.35 * min(pressure - 1.0, 3.0)
+    gen_decode = gen
     # prefill (compute-bound): 2*N_active*T
     pre_tok = tf.n_seq * tf.prompt * (tf.turns if tf.agentic else 1)
     peak = (g.fp8_tflops if fp8 else g.bf16_tflops) * 1e12
@@ -377,10 +397,11 @@ def rollout_part(
         # the sequences interrupted at the weight sync resume under new weights: their KV cache is
         # stale, so every step re-prefills what is in flight (prompt + tokens so far)
         gen += 2.0 * mf.active * min(m0, n_r) * live_ctx / (tp * peak * PREFILL_EFF)
+    preempt_log = 0.0 if partial else math.log(gen / max(gen - (gen_decode - unpenalised), 1e-9))
     # the long tail: time after the median response finished (tool idle is part of the wall time)
     tail = 0.0 if partial else min(max(0.0, gen - t_med), gen)
     gen -= tail + min(tool, gen - tail)
-    return RolloutPart(gen, tail, tool, True, "", kv_tokens, free_frac, pressure, b, replicas)
+    return RolloutPart(gen, tail, tool, True, "", kv_tokens, free_frac, pressure, b, replicas, preempt_log)
 
 
 # ------------------------------------------------------------------------------------ trainer
@@ -593,7 +614,7 @@ def breakdown(
     )
     bd = Breakdown({}, trainer_gpus=gt, rollout_gpus=gr)
     bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure = ro.kv_tokens, ro.free_frac, ro.kv_pressure
-    bd.batch, bd.replicas = ro.batch, ro.replicas
+    bd.batch, bd.replicas, bd.preempt_log = ro.batch, ro.replicas, ro.preempt_log
     bd.trainer_mem_frac = tr.mem_frac
     if k["placement"] == "colocated" and not k["trainer.offload"]:
         # the trainer's bf16 weights stay resident while vLLM holds its memory share

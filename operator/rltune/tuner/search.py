@@ -287,7 +287,7 @@ def candidates(
                     continue
                 kk = dict(ko) | r
                 rows.append(r)
-                feats.append(features(kk, gpus, gt, gr))
+                feats.append(features(kk, gpus, gt, gr, ro.preempt_log))
                 raws.append({"generation": fc.gen_raw(ro.bulk + ro.tool, ro.tail)})
             if rows:
                 tot = fc.calibrated_total(("generation",), raws, feats)
