@@ -1,6 +1,6 @@
 """Forecaster evaluation: rltune's step-time forecast error per trial, over many seeds.
 
-    python -m bench.forecast [--jobs NAME,...] [--seeds 20] [--first-seed 0] [--budget 16] [--json FILE]
+    python -m bench.forecast [--set seed|generated] [--jobs NAME,...] [--seeds 20] [--first-seed 0] [--budget 16] [--json FILE]
 
 Runs rltune's search on each benchmark job exactly as `make bench` does (bench.run.run_rltune:
 same baseline, same noisy twin trials, same seeds) and keeps, for every scored trial, what the
@@ -30,7 +30,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from bench.jobs import jobs as bench_jobs  # noqa: E402
 from bench.run import measured_baseline, median_of_medians_interval, run_rltune, select_jobs  # noqa: E402
 from rltune.api.models import RLTuningJobSpec  # noqa: E402
 
@@ -123,7 +122,13 @@ def _job_quiet(job, seeds, budget, first_seed=0):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.forecast", description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", help="comma-separated job names (default: all eight)")
+    ap.add_argument("--jobs", help="comma-separated job names (default: the whole set)")
+    ap.add_argument(
+        "--set",
+        choices=["seed", "generated"],
+        default="seed",
+        help="the eight seed-shaped jobs, or the generated set (bench.jobs.generated_jobs)",
+    )
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument(
         "--first-seed",
@@ -135,9 +140,9 @@ def main(argv=None) -> int:
     ap.add_argument("--procs", type=int, default=2, help="jobs evaluated in parallel (processes)")
     ap.add_argument("--json", help="write the per-trial records here")
     args = ap.parse_args(argv)
-    todo = select_jobs(args.jobs)
+    todo = select_jobs(args.jobs, args.set)
     if not todo:
-        names = ", ".join(j["metadata"]["name"].replace("bench-", "") for j in bench_jobs())
+        names = ", ".join(j["metadata"]["name"].replace("bench-", "") for j in select_jobs(None, args.set))
         ap.error(f"--jobs {args.jobs!r} names no benchmark job; the jobs are: {names}")
     t0 = time.time()
     if args.procs > 1 and len(todo) > 1:

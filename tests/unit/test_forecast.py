@@ -288,3 +288,110 @@ def test_the_preemption_mechanism_is_calibrated_as_a_mechanism_not_a_knob_value(
     monkeypatch.setitem(forecast.KNOB_SD["generation"], "m:preempt", 1e-6)
     without = error()
     assert with_mechanism < 0.15 and with_mechanism < without / 2
+
+
+def test_truncated_at_keeps_the_measured_mean_and_cuts_the_longest():
+    """An agentic episode stops when its context is full: the length distribution is cut at the
+    context's bound and still averages what was measured."""
+    from rltune.tuner.physics import truncated_at, truncated_mean
+
+    spec = job(workload={"framework": "twin", "model": {"preset": "seed-35b-a3b"}, "task": CODING})
+    tf = task_facts(spec.workload.task)
+    cut = truncated_at(tf, 0.7 * tf.mean_len, 24_000.0)
+    assert cut.max_len == 24_000.0 and cut.mean_len == pytest.approx(0.7 * tf.mean_len)
+    assert truncated_mean(cut, cut.max_len) == pytest.approx(cut.mean_len, rel=1e-3)
+    assert cut.shape_mean > cut.mean_len  # the mean before the cut is above what the cut leaves
+    assert longest_response(cut) <= 24_000.0 < longest_response(dataclasses.replace(tf, mean_len=cut.mean_len))
+    # a bound beyond max_response_tokens, or one the measured mean nearly reaches, cuts nothing
+    assert truncated_at(tf, 0.7 * tf.mean_len, 1e6).max_len == tf.max_len
+    assert truncated_at(tf, 0.7 * tf.mean_len, 0.7 * tf.mean_len).max_len == tf.max_len
+
+
+CODING = {
+    "kind": "agentic-coding",
+    "promptsPerStep": 64,
+    "samplesPerPrompt": 8,
+    "maxPromptTokens": 4096,
+    "maxResponseTokens": 65536,
+    "meanResponseTokens": 20000,
+    "responseLengthCv": 0.8,
+    "turns": 30,
+    "toolLatencySeconds": 8.0,
+    "sandboxes": 512,
+}
+
+
+def test_agentic_context_per_generated_token_sets_the_cut():
+    """The baseline's trained tokens per generated token (prompt + observations + generation) say
+    where the context stops an episode and how long a live one's context is; a single-turn task
+    keeps its max_response_tokens."""
+    spec = job(workload={"framework": "twin", "model": {"preset": "seed-35b-a3b"}, "task": CODING})
+    tf = task_facts(spec.workload.task)
+    s = summarize(steps(PH, noise=0.0)).model_copy(
+        update={"generated_tokens": tf.n_seq * 14_000.0, "trained_tokens": tf.n_seq * 14_000.0 * 2.9}
+    )
+    fc = Forecaster(spec, [(spec.baseline, s)])
+    assert fc.task.mean_len == pytest.approx(14_000.0)
+    rho = (14_000.0 * 2.9 - tf.prompt) / 14_000.0 - 1.0  # observation tokens per generated token
+    assert fc.task.obs_per_token == pytest.approx(rho)
+    assert fc.task.max_len == pytest.approx((4096 + 65536 - tf.prompt) / (1.0 + rho))
+    # the live context that sizes the KV cache's batch follows the measured observations
+    k = spec.baseline.flat()
+    fewer_obs = Forecaster(spec, [(spec.baseline, s.model_copy(update={"trained_tokens": tf.n_seq * 14_000.0 * 1.5}))])
+    assert fewer_obs.raw(k).kv_pressure < fc.raw(k).kv_pressure
+    math_spec = job()
+    mtf = task_facts(math_spec.workload.task)
+    m = summarize(steps(PH, noise=0.0)).model_copy(
+        update={"generated_tokens": mtf.n_seq * 4000.0, "trained_tokens": mtf.n_seq * 4500.0}
+    )
+    assert Forecaster(math_spec, [(math_spec.baseline, m)]).task.max_len == mtf.max_len
+
+
+def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
+    """On the twin's agentic episodes (observations fill the context, episodes end at ~1/3 of
+    max_response_tokens), moving from 56 colocated GPUs to a 16-GPU rollout pool slows the rollout
+    by the twin's measure ~1.4x; the physics uncut (longest episode 65k tokens, all tail and tool
+    wait) said ~1.04x, cut at the measured context it says what the twin does."""
+    from rltune.twin.core import make_plan, simulate_one_step
+
+    spec = job(
+        workload={"framework": "twin", "model": {"preset": "deepseek-flash"}, "task": CODING},
+        resources={"gpuType": "B300", "gpuBudget": 56},
+        baseline={
+            "gpus": 56,
+            "rollout": {"tp": 8, "gpuMemoryUtilization": 0.6},
+            "trainer": {"tp": 4, "ep": 8, "recompute": "full", "microBatchTokens": 16384},
+        },
+    )
+    w = spec.workload
+    small = spec.baseline.with_knobs(
+        {
+            "gpus": 40,
+            "placement": "disaggregated",
+            "trainerGpus": 24,
+            "rollout.tp": 4,
+            "rollout.gpuMemoryUtilization": 0.85,
+            "rollout.maxNumSeqs": 1024,
+            "async.staleness": 1,
+        }
+    )
+    twin = []
+    for cfg in (spec.baseline, small):
+        r = simulate_one_step(make_plan(w.model.resolved(), w.task, "B300", 8, cfg), None)
+        twin.append(r)
+    base = twin[0]
+    s = summarize(steps({"generation": base.phases["generation"], "training": 200.0}, noise=0.0)).model_copy(
+        update={"generated_tokens": base.generated, "trained_tokens": base.trained}
+    )
+    fc = Forecaster(spec, [(spec.baseline, s)])
+    cut = [fc.raw(c.flat()).phases["generation"] for c in (spec.baseline, small)]
+    uncut_tf = dataclasses.replace(task_facts(w.task), mean_len=fc.task.mean_len)
+    from rltune.tuner import physics
+
+    uncut = [
+        physics.breakdown(fc.model, uncut_tf, "B300", 8, c.flat(), 56).phases["generation"]
+        for c in (spec.baseline, small)
+    ]
+    truth = twin[1].phases["generation"] / twin[0].phases["generation"]
+    assert abs(cut[1] / cut[0] - truth) < 0.1 * truth
+    assert abs(uncut[1] / uncut[0] - truth) > 0.2 * truth

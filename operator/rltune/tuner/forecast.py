@@ -524,11 +524,23 @@ class Forecaster:
 def measured_task(task, obs) -> physics.TaskFacts:
     """The task as the first measurement saw it: the mean response length the spec declares is a
     guess (truncation at the context limit, early stops); the generated tokens per step are not.
+    An agentic episode ends when its prompt, turns and tool observations fill the context: the
+    measured observation tokens per generated token (from trained / generated tokens) say where,
+    so the longest episode, and with it the long tail, is cut there (physics.truncated_at), not at
+    max_response_tokens, and they size the live context that bounds the KV cache's batch. A
+    single-turn task has no such cut: its declared mean was simply off.
     (The tool wait per generated token stays the declared turn's: truncation drops whole turns.)"""
     tf = physics.task_facts_cached(task)
     mean = obs[0][1].generated_tokens / tf.n_seq if obs else 0.0
     if not 0.05 * tf.mean_len <= mean <= tf.max_len:
         return tf
+    s = obs[0][1]
+    if tf.agentic and s.trained_tokens > s.generated_tokens > 0:
+        # an episode's context (trained tokens) = prompt + (1 + rho) x generated: rho observation
+        # tokens per generated token bound the longest episode the context holds
+        rho = max(0.0, (s.trained_tokens / tf.n_seq - tf.prompt) / mean - 1.0)
+        cap = (task.max_prompt_tokens + task.max_response_tokens - tf.prompt) / (1.0 + rho)
+        return dataclasses.replace(physics.truncated_at(tf, mean, cap), obs_per_token=rho)
     return dataclasses.replace(tf, mean_len=mean)
 
 

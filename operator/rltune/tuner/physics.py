@@ -12,6 +12,7 @@ rollout and trainer halves are cached separately because a search space is a pro
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import lru_cache
@@ -167,6 +168,13 @@ class TaskFacts:
     sandboxes: int
     agentic: bool
     tool_per_token: float = 0.0  # tool seconds per generated token (a turn's tool call / its tokens)
+    # mean of the length distribution before truncation, when episodes end below max_response_tokens
+    # (an agentic episode stops when its observations fill the context): mean_len is then the
+    # truncated mean and max_len the truncation point (0: no truncation beyond max_len)
+    shape_mean: float = 0.0
+    # agentic: tool-observation tokens in the context per generated token, once measured (a
+    # baseline's trained / generated tokens); -1: unknown, a turn's observation taken as the prompt
+    obs_per_token: float = -1.0
 
 
 def task_facts(t: TaskSpec) -> TaskFacts:
@@ -189,9 +197,35 @@ def task_facts(t: TaskSpec) -> TaskFacts:
 
 
 def _lognormal(tf: TaskFacts) -> tuple[float, float]:
-    """(mu, sigma) of the lognormal response length with the task's mean and CV."""
+    """(mu, sigma) of the lognormal response length with the task's mean and CV (before truncation)."""
     s2 = math.log(1 + tf.cv**2)
-    return math.log(tf.mean_len) - s2 / 2, math.sqrt(s2)
+    return math.log(tf.shape_mean or tf.mean_len) - s2 / 2, math.sqrt(s2)
+
+
+def truncated_mean(tf: TaskFacts, cap: float) -> float:
+    """E[min(L, cap)] for the task's lognormal response length L."""
+    mu, s = _lognormal(tf)
+    s2 = s * s
+    lc = math.log(cap)
+    nd = NormalDist()
+    return math.exp(mu + s2 / 2) * nd.cdf((lc - mu - s2) / s) + cap * (1.0 - nd.cdf((lc - mu) / s))
+
+
+def truncated_at(tf: TaskFacts, mean: float, cap: float) -> TaskFacts:
+    """The task whose lengths (the declared CV) stop at `cap` tokens and average `mean`: an agentic
+    episode ends when its prompt, turns and tool observations fill the context, so it generates
+    fewer tokens than declared and the longest far fewer than max_response_tokens. The mean of the
+    length distribution before the cut is solved for (bisection: E[min(L, cap)] grows with it)."""
+    if cap >= tf.max_len or mean >= 0.95 * cap:
+        return dataclasses.replace(tf, mean_len=mean)
+    lo, hi = math.log(mean), math.log(mean) + 6.0
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if truncated_mean(dataclasses.replace(tf, shape_mean=math.exp(mid), max_len=cap), cap) < mean:
+            lo = mid
+        else:
+            hi = mid
+    return dataclasses.replace(tf, shape_mean=math.exp(0.5 * (lo + hi)), mean_len=mean, max_len=cap)
 
 
 def longest_response(tf: TaskFacts) -> float:
@@ -210,9 +244,8 @@ def live_length(tf: TaskFacts) -> float:
     lc = math.log(tf.max_len)
     nd = NormalDist()
     above = 1.0 - nd.cdf((lc - mu) / s)
-    m1 = math.exp(mu + s2 / 2) * nd.cdf((lc - mu - s2) / s) + tf.max_len * above
     m2 = math.exp(2 * mu + 2 * s2) * nd.cdf((lc - mu - 2 * s2) / s) + tf.max_len**2 * above
-    return m2 / (2.0 * m1)
+    return m2 / (2.0 * truncated_mean(tf, tf.max_len))
 
 
 def median_response(tf: TaskFacts) -> float:
@@ -324,7 +357,8 @@ def rollout_part(
     n_r = tf.n_seq / replicas
     live_ctx = tf.prompt + live_length(tf)
     if tf.agentic:
-        live_ctx += tf.prompt * (tf.turns - 1) * 0.5
+        # the observations a live episode has gathered so far
+        live_ctx += tf.obs_per_token * live_length(tf) if tf.obs_per_token >= 0 else tf.prompt * (tf.turns - 1) * 0.5
     b_kv = kv_tokens / live_ctx
     slots = max(1.0, min(max_seqs, b_kv))  # sequences decoding at once (max_num_seqs, KV cache)
     # An agentic episode waits tau seconds for tools per generated token on average; while it waits
