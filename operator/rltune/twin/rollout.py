@@ -317,12 +317,16 @@ def simulate_replica(
     epoch = _epoch
     M0, F0 = rc.tables(S)
     m1, c_tok, c1 = rc.m1, rc.c_tok, rc.c1
+    pre_tok, pre_pair = rc.pre_tok, rc.pre_pair
+    # A failed admission stays failed until a request finishes or is preempted: in between, the
+    # head of the queue is the same and the free KV only shrinks (`blocked` skips the attempt).
+    blocked = False
     while True:
         # Arrivals (tool returns) up to now.
         while arrivals and arrivals[0][0] <= t:
             waiting.append(pop(arrivals)[1])
         # Admission.
-        if waiting and B < S:
+        if waiting and B < S and not blocked:
             K = kv_a + B * it
             free = C - K
             ptok = 0
@@ -341,14 +345,16 @@ def simulate_replica(
                 p = r_pref[r]
                 ptok += p
                 ppair += p * (need - p) + 0.5 * p * p
-            if new:
+            if not new:
+                blocked = True
+            else:
                 nchunk = -(-ptok // max(budget - B, 16)) if ptok > 0 else 1
                 # Mixed iterations: running decodes advance while the new prompts prefill.
                 n = nchunk
                 am = M0[B if B else 1] * n + m1 * (K * n + B * n * (n - 1) / 2.0)
-                ac = (rc.c_tok * B + rc.c1 * K) * n + rc.c1 * B * n * (n - 1) / 2.0
-                ac += rc.pre_tok * ptok + rc.pre_pair * ppair
-                dt = (max(am, ac) + n * F0[nb]) * speed
+                ac = (c_tok * B + c1 * K) * n + c1 * B * n * (n - 1) / 2.0
+                ac += pre_tok * ptok + pre_pair * ppair
+                dt = ((am if am >= ac else ac) + n * F0[nb]) * speed
                 kv_area += (K + 0.5 * ptok) * dt
                 t += dt
                 busy += dt
@@ -371,6 +377,7 @@ def simulate_replica(
             if r_state[r] != 1 or r_fin[r] != f:
                 continue
             r_state[r] = 2
+            blocked = False
             B -= 1
             kv_a -= r_ctx[r] - r_it0[r]
             generated += r_rem[r]
@@ -385,9 +392,16 @@ def simulate_replica(
                 if k < len(ep.turn_gen[e]):
                     ctx_prev = r_ctx[r] + r_rem[r]
                     ctx = ctx_prev + obs
-                    pref = obs + 1 if prefix_caching and _cache_hit(C, kv_a + B * it, ctx_prev) else ctx
-                    _new_turn_req(j, ctx, pref, ep.turn_gen[e][k], r_ctx, r_pref, r_rem, r_it0, r_fin, r_state, r_ep)
-                    push(arrivals, (t + tool, len(r_ctx) - 1))
+                    # the previous turn's blocks stay cached (evictable) while the pool has room for them
+                    pref = obs + 1 if prefix_caching and C - (kv_a + B * it) > ctx_prev else ctx
+                    push(arrivals, (t + tool, len(r_ctx)))
+                    r_ctx.append(int(ctx))
+                    r_pref.append(int(pref))
+                    r_rem.append(int(ep.turn_gen[e][k]))
+                    r_it0.append(0)
+                    r_fin.append(0)
+                    r_state.append(0)
+                    r_ep.append(j)
                 else:
                     finish[j] = t + tool
                     if pending_eps:
@@ -426,6 +440,7 @@ def simulate_replica(
             r_pref[v] = r_ctx[v]
             r_state[v] = 0
             waiting.appendleft(v)
+            blocked = False
             preempt += 1
             K = kv_a + B * it
         if K / C > kv_peak:
@@ -440,16 +455,16 @@ def simulate_replica(
             n_o = int((C - K) // B)
             if n_o < n:
                 n = max(n_o, 1)
-        if arrivals and B < S and not waiting:
-            dt_a = arrivals[0][0] - t
-            it_t = rc.iter_time(B, K) * speed
-            n_a = max(1, int(dt_a / it_t) + 1)
-            if n_a < n:
-                n = n_a
-        # Closed-form epoch time (see _epoch), inlined for speed.
         am = M0[B] + m1 * K
-        bm = m1 * B
         ac = c_tok * B + c1 * K
+        if arrivals and B < S and not waiting:
+            # (the iteration time of ReplicaCost.iter_time, from the tables)
+            it_t = ((am if am >= ac else ac) + F0[B]) * speed
+            n_a = int((arrivals[0][0] - t) / it_t) + 1
+            if n_a < n:
+                n = n_a if n_a > 1 else 1
+        # Closed-form epoch time (see _epoch), inlined for speed.
+        bm = m1 * B
         bc = c1 * B
         tri = n * (n - 1) * 0.5
         if am >= ac and bm >= bc:
@@ -486,11 +501,6 @@ def _new_turn_req(j, ctx, pref, gen, r_ctx, r_pref, r_rem, r_it0, r_fin, r_state
     r_fin.append(0)
     r_state.append(0)
     r_ep.append(j)
-
-
-def _cache_hit(capacity: float, used: float, ctx: float) -> bool:
-    # The previous turn's blocks stay cached (evictable) while the pool has room for them.
-    return capacity - used > ctx
 
 
 @dataclass
