@@ -1,6 +1,7 @@
 """Forecaster evaluation: rltune's step-time forecast error per trial, over many seeds.
 
-    python -m bench.forecast [--set seed|generated] [--jobs NAME,...] [--seeds 20] [--first-seed 0] [--budget 16] [--json FILE]
+    python -m bench.forecast [--set seed|generated] [--jobs NAME,...] [--seeds 20] [--first-seed 0]
+                             [--budget 16] [--json FILE]
 
 Runs rltune's search on each benchmark job exactly as `make bench` does (bench.run.run_rltune:
 same baseline, same noisy twin trials, same seeds) and keeps, for every scored trial, what the
