@@ -4,6 +4,7 @@ import dataclasses
 import math
 
 import pytest
+from bench.jobs import CODING  # the benchmark's agentic task: 30 turns, 20k mean, 65k max response
 from test_tuner_fixtures import job, steps
 
 from rltune.api.models import RLConfig
@@ -305,20 +306,6 @@ def test_truncated_at_keeps_the_measured_mean_and_cuts_the_longest():
     # a bound beyond max_response_tokens, or one the measured mean nearly reaches, cuts nothing
     assert truncated_at(tf, 0.7 * tf.mean_len, 1e6).max_len == tf.max_len
     assert truncated_at(tf, 0.7 * tf.mean_len, 0.7 * tf.mean_len).max_len == tf.max_len
-
-
-CODING = {
-    "kind": "agentic-coding",
-    "promptsPerStep": 64,
-    "samplesPerPrompt": 8,
-    "maxPromptTokens": 4096,
-    "maxResponseTokens": 65536,
-    "meanResponseTokens": 20000,
-    "responseLengthCv": 0.8,
-    "turns": 30,
-    "toolLatencySeconds": 8.0,
-    "sandboxes": 512,
-}
 
 
 def test_agentic_context_per_generated_token_sets_the_cut():
