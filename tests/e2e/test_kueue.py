@@ -198,6 +198,7 @@ class GpuLedger(bedlib.TrialPodWatch):
         self.gated_seen: set[str] = set()
         self.waited_behind: set[tuple[str, str]] = set()  # (gated trial, trial running meanwhile)
         self.trial_of: dict[str, str] = {}
+        self.gated_now: set[str] = set()  # pods still held by Kueue's scheduling gate
         super().__init__(bed, ns, timeout_s=900)
 
     def on_event(self, kind: str, p) -> None:
@@ -205,8 +206,9 @@ class GpuLedger(bedlib.TrialPodWatch):
         self.trial_of[name] = (p.metadata.labels or {}).get("rltune.io/trial", "")
         if gated(p) and kind != "DELETED":
             self.gated_seen.add(name)
-            for other in {self.trial_of[n] for n in self.live} - {self.trial_of[name]}:
-                self.waited_behind.add((self.trial_of[name], other))
+            self.gated_now.add(name)
+        else:
+            self.gated_now.discard(name)
         gpus = sum(
             int(((c.resources and c.resources.requests) or {}).get("nvidia.com/gpu", 0)) for c in p.spec.containers
         )
@@ -214,6 +216,12 @@ class GpuLedger(bedlib.TrialPodWatch):
             self.live[name] = gpus
         else:
             self.live.pop(name, None)
+        # a pod is gated from its creation until admission: it waited behind another trial if that
+        # one held scheduled pods at any event of its gated time (whichever pod's event came first)
+        running = {self.trial_of[n] for n in self.live}
+        for g in self.gated_now:
+            for other in running - {self.trial_of[g]}:
+                self.waited_behind.add((self.trial_of[g], other))
         self.peak = max(self.peak, sum(self.live.values()))
         self.peak_trials = max(self.peak_trials, len({self.trial_of[n] for n in self.live}))
 
