@@ -8,8 +8,9 @@ from bench.jobs import CODING  # the benchmark's agentic task: 30 turns, 20k mea
 from test_tuner_fixtures import job, steps
 
 from rltune.api.models import RLConfig
-from rltune.tuner import Forecaster, summarize
-from rltune.tuner.physics import longest_response, task_facts
+from rltune.tuner import Forecaster, physics, summarize
+from rltune.tuner.physics import longest_response, task_facts, truncated_at, truncated_mean
+from rltune.twin.core import make_plan, simulate_one_step
 
 PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
@@ -294,8 +295,6 @@ def test_the_preemption_mechanism_is_calibrated_as_a_mechanism_not_a_knob_value(
 def test_truncated_at_keeps_the_measured_mean_and_cuts_the_longest():
     """An agentic episode stops when its context is full: the length distribution is cut at the
     context's bound and still averages what was measured."""
-    from rltune.tuner.physics import truncated_at, truncated_mean
-
     spec = job(workload={"framework": "twin", "model": {"preset": "seed-35b-a3b"}, "task": CODING})
     tf = task_facts(spec.workload.task)
     cut = truncated_at(tf, 0.7 * tf.mean_len, 24_000.0)
@@ -339,8 +338,6 @@ def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
     max_response_tokens), moving from 56 colocated GPUs to a 16-GPU rollout pool slows the rollout
     by the twin's measure ~1.4x; the physics uncut (longest episode 65k tokens, all tail and tool
     wait) said ~1.04x, cut at the measured context it says what the twin does."""
-    from rltune.twin.core import make_plan, simulate_one_step
-
     spec = job(
         workload={"framework": "twin", "model": {"preset": "deepseek-flash"}, "task": CODING},
         resources={"gpuType": "B300", "gpuBudget": 56},
@@ -362,10 +359,9 @@ def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
             "async.staleness": 1,
         }
     )
-    twin = []
-    for cfg in (spec.baseline, small):
-        r = simulate_one_step(make_plan(w.model.resolved(), w.task, "B300", 8, cfg), None)
-        twin.append(r)
+    twin = [
+        simulate_one_step(make_plan(w.model.resolved(), w.task, "B300", 8, c), None) for c in (spec.baseline, small)
+    ]
     base = twin[0]
     s = summarize(steps({"generation": base.phases["generation"], "training": 200.0}, noise=0.0)).model_copy(
         update={"generated_tokens": base.generated, "trained_tokens": base.trained}
@@ -373,8 +369,6 @@ def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
     fc = Forecaster(spec, [(spec.baseline, s)])
     cut = [fc.raw(c.flat()).phases["generation"] for c in (spec.baseline, small)]
     uncut_tf = dataclasses.replace(task_facts(w.task), mean_len=fc.task.mean_len)
-    from rltune.tuner import physics
-
     uncut = [
         physics.breakdown(fc.model, uncut_tf, "B300", 8, c.flat(), 56).phases["generation"]
         for c in (spec.baseline, small)

@@ -355,10 +355,11 @@ def rollout_part(
     kv_tok_gpu = mf.kv_bytes / shard
     kv_tokens = free / kv_tok_gpu
     n_r = tf.n_seq / replicas
-    live_ctx = tf.prompt + live_length(tf)
+    live_gen = live_length(tf)
+    live_ctx = tf.prompt + live_gen
     if tf.agentic:
         # the observations a live episode has gathered so far
-        live_ctx += tf.obs_per_token * live_length(tf) if tf.obs_per_token >= 0 else tf.prompt * (tf.turns - 1) * 0.5
+        live_ctx += tf.obs_per_token * live_gen if tf.obs_per_token >= 0 else tf.prompt * (tf.turns - 1) * 0.5
     b_kv = kv_tokens / live_ctx
     slots = max(1.0, min(max_seqs, b_kv))  # sequences decoding at once (max_num_seqs, KV cache)
     # An agentic episode waits tau seconds for tools per generated token on average; while it waits
