@@ -195,3 +195,54 @@ def test_scenario_overrides_hidden_factors():
     quiet = [r.duration for r in simulate_trial(spec(scenario={"noise": 0.0, "straggler_prob": 0.0}, steps=6))[1:]]
     spread = lambda xs: (max(xs) - min(xs)) / min(xs)
     assert spread(noisy) > spread(quiet)
+
+
+def _truncate_turn_by_turn(prompt, turns, gens, obs, tools, budget0, limit):
+    """The episode cut written turn by turn: the semantics _truncate_episodes computes in bulk."""
+    tg, to, tt = [], [], []
+    pos = 0
+    for e, k in enumerate(turns.tolist()):
+        g, o, tl = gens[pos : pos + k].tolist(), obs[pos : pos + k].tolist(), tools[pos : pos + k].tolist()
+        pos += k
+        ctx, budget = int(prompt[e]), budget0
+        gg, oo, ttl = [], [], []
+        for j in range(k):
+            gj = min(g[j], budget, limit - ctx - 1)
+            if gj <= 0:
+                break
+            gg.append(gj)
+            budget -= gj
+            ctx += gj
+            oj = min(o[j], max(0, limit - ctx - 1))
+            oo.append(oj)
+            ttl.append(tl[j])
+            ctx += oj
+            if budget <= 0 or ctx >= limit - 1:
+                break
+        if not gg:
+            gg, oo, ttl = [1], [0], [tl[0]]
+        tg.append(gg)
+        to.append(oo)
+        tt.append(ttl)
+    return tg, to, tt
+
+
+@pytest.mark.parametrize("budget0,limit", [(65536, 73728), (4000, 5000), (300, 100000), (1, 600)])
+def test_episode_cut_in_bulk_matches_the_turn_by_turn_rule(budget0, limit):
+    import numpy as np
+
+    from rltune.twin.workload import _truncate_episodes
+
+    rng = np.random.default_rng(3)
+    n = 400
+    turns = rng.geometric(1 / 8, n)
+    total = int(turns.sum())
+    prompt = rng.integers(16, 512, n)
+    gens = rng.integers(1, 2000, total)
+    obs = rng.integers(0, 3000, total)
+    tools = rng.exponential(5.0, total)
+    got = _truncate_episodes(prompt, turns, gens, obs, tools, budget0, limit)
+    want = _truncate_turn_by_turn(prompt, turns, gens, obs, tools, budget0, limit)
+    assert got == want
+    cut = sum(len(g) < k for g, k in zip(want[0], turns.tolist()))
+    assert cut > 0 or budget0 > 60000  # the tight cases do cut episodes

@@ -479,7 +479,10 @@ def simulate_replica(
         busy += dt
         it += n
         # Discard stale heap entries lazily.
-        while heap and (r_state[heap[0][1]] != 1 or r_fin[heap[0][1]] != heap[0][0]):
+        while heap:
+            f, r = heap[0]
+            if r_state[r] == 1 and r_fin[r] == f:
+                break
             pop(heap)
     return ReplicaResult(
         finish=finish,

@@ -141,34 +141,49 @@ def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Gen
         s2 = math.log1p(eff.tool_cv**2)
         z = _std_normal(total, rng)
         tools = np.exp(math.log(tool_mean) - s2 / 2 + math.sqrt(s2) * z)
+    tg, to, tt = _truncate_episodes(prompt, turns, gens, obs, tools, task.max_response_tokens, limit)
+    return Episodes(prompt=prompt, turn_gen=tg, turn_obs=to, turn_tool=tt, multi=True)
+
+
+def _truncate_episodes(
+    prompt: np.ndarray, turns: np.ndarray, gens: np.ndarray, obs: np.ndarray, tools: np.ndarray, budget0: int, limit: int
+) -> tuple[list, list, list]:
+    """Each episode's turns, cut where its response budget or context runs out.
+
+    Turns before an episode's first cut are taken as drawn; the cumulative sums find that turn
+    for all episodes at once (the sums are exact: token counts are integers), and only the cut
+    turn itself is worked out one by one: generation clipped to what is left, the observation
+    clipped to the context, the episode ended there."""
+    n, total = len(turns), int(turns.sum())
+    offs = np.zeros(n, dtype=np.int64)
+    np.cumsum(turns[:-1], out=offs[1:])
+    ep_of = np.repeat(np.arange(n), turns)
+    used = np.cumsum(gens) - gens  # generated tokens before each turn, within its episode
+    used -= used[offs][ep_of]
+    seen = np.cumsum(gens + obs) - (gens + obs)
+    seen -= seen[offs][ep_of]
+    ctx = prompt.astype(np.int64)[ep_of] + seen  # context before each turn's generation
+    left = budget0 - used
+    cut = (gens > left) | (gens > limit - ctx - 1) | (left - gens <= 0) | (ctx + gens + obs >= limit - 1)
+    first = np.minimum.reduceat(np.where(cut, np.arange(total), total), offs)
+    clean = np.minimum(first, offs + turns) - offs
+    gl, ol, tl = gens.tolist(), obs.tolist(), tools.tolist()
+    ctx_l, left_l = ctx.tolist(), left.tolist()
     tg, to, tt = [], [], []
-    pos = 0
-    for e in range(n):
-        k = int(turns[e])
-        g = gens[pos : pos + k].tolist()
-        o = obs[pos : pos + k].tolist()
-        tl = tools[pos : pos + k].tolist()
-        pos += k
-        # Truncate the episode at the context limit / the response budget.
-        ctx = int(prompt[e])
-        budget = task.max_response_tokens
-        gg, oo, ttl = [], [], []
-        for j in range(k):
-            gj = min(g[j], budget, limit - ctx - 1)
-            if gj <= 0:
-                break
-            gg.append(gj)
-            budget -= gj
-            ctx += gj
-            oj = min(o[j], max(0, limit - ctx - 1))
-            oo.append(oj)
-            ttl.append(tl[j])
-            ctx += oj
-            if budget <= 0 or ctx >= limit - 1:
-                break
+    for a, c, k in zip(offs.tolist(), clean.tolist(), turns.tolist()):
+        gg, oo, ttl = gl[a : a + c], ol[a : a + c], tl[a : a + c]
+        if c < k:  # the cut turn
+            j = a + c
+            cx = ctx_l[j]
+            gj = min(gl[j], left_l[j], limit - cx - 1)
+            if gj > 0:
+                gg.append(gj)
+                cx += gj
+                oo.append(min(ol[j], max(0, limit - cx - 1)))
+                ttl.append(tl[j])
         if not gg:
-            gg, oo, ttl = [1], [0], [tl[0] if tl else 0.0]
+            gg, oo, ttl = [1], [0], [tl[a] if k else 0.0]
         tg.append(gg)
         to.append(oo)
         tt.append(ttl)
-    return Episodes(prompt=prompt, turn_gen=tg, turn_obs=to, turn_tool=tt, multi=True)
+    return tg, to, tt
