@@ -146,7 +146,13 @@ def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Gen
 
 
 def _truncate_episodes(
-    prompt: np.ndarray, turns: np.ndarray, gens: np.ndarray, obs: np.ndarray, tools: np.ndarray, budget0: int, limit: int
+    prompt: np.ndarray,
+    turns: np.ndarray,
+    gens: np.ndarray,
+    obs: np.ndarray,
+    tools: np.ndarray,
+    budget0: int,
+    limit: int,
 ) -> tuple[list, list, list]:
     """Each episode's turns, cut where its response budget or context runs out.
 
