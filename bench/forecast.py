@@ -47,7 +47,7 @@ def job_trials(job: dict, seeds: int, budget: int, first_seed: int = 0) -> list[
     for sd in range(first_seed, first_seed + seeds):
         run = run_rltune(rn, base, budget, sd)
         index = {r.id: i + 1 for i, r in enumerate(run["history"])}
-        trials = [(index[r.id], r.predicted, r.predicted_std, r.summary.step_time_mean) for r in run["forecast_trials"]]
+        trials = [(index[r.id], r.predicted, r.predicted_std, r.summary.step_time) for r in run["forecast_trials"]]
         out.append({"job": name, "seed": sd, "forecast_error": run["forecast_error"], "trials": trials})
     return out
 

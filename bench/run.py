@@ -227,7 +227,7 @@ def judge_or_stop(tuner: Tuner, rec, steps: list):
             s = summarize(steps[:n])
             rec = rec.model_copy(deep=True)
             rec.summary, rec.state = s, TrialState.STOPPED
-            rec.objective = tuner.objective_of(s.step_time_mean, rec.gpus)
+            rec.objective = tuner.objective_of(s.step_time, rec.gpus)
             rec.reason = f"early-stopped after {n} steps: cannot beat the best so far"
             return rec
     return tuner.judge(rec, summarize(steps))

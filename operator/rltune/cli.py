@@ -152,7 +152,7 @@ def cmd_frameworks(args) -> int:
 
 
 def _record_row(r, base_obj, changes: dict) -> list[str]:
-    meas = r.summary.step_time_mean if r.summary and r.summary.steps else None
+    meas = r.summary.step_time if r.summary and r.summary.steps else None
     sp = f"{base_obj / r.objective:.2f}x" if (r.objective and base_obj and r.state == TrialState.SUCCEEDED) else "-"
     return [
         r.id,
@@ -211,7 +211,7 @@ def cmd_tune(args) -> int:
                 pred = f" (predicted {r.predicted:.1f}±{r.predicted_std or 0:.0f} s)" if r.predicted else ""
                 print(f"{el} {r.id} started on {r.gpus} GPUs: {_fmt_changes(ch)}{pred}", flush=True)
         elif ev.reason.startswith("Trial") and r is not None:
-            meas = f"{r.summary.step_time_mean:.1f} s/step" if r.summary and r.summary.steps else "-"
+            meas = f"{r.summary.step_time:.1f} s/step" if r.summary and r.summary.steps else "-"
             if r.id == "baseline":
                 state["base_obj"] = r.objective
                 print(f"{el} baseline {r.state}: {meas if r.summary and r.summary.steps else r.reason}", flush=True)
@@ -239,8 +239,8 @@ def cmd_tune(args) -> int:
     if best is not None and base_obj:
         sp = base_obj / best.objective
         print(
-            f"\nwinner: {best.id} — {best.summary.step_time_mean:.1f} s/step on {best.gpus} GPUs, "
-            f"{sp:.2f}x the baseline ({res.baseline.summary.step_time_mean:.1f} s/step)"
+            f"\nwinner: {best.id} — {best.summary.step_time:.1f} s/step on {best.gpus} GPUs, "
+            f"{sp:.2f}x the baseline ({res.baseline.summary.step_time:.1f} s/step)"
         )
         ch = config_changes(spec.baseline, best.config, spec.resources.gpu_budget)
         for k, (a, b) in ch.items():

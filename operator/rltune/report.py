@@ -13,6 +13,16 @@ from typing import Optional
 PHASE_ORDER = ("generation", "old_logprob", "ref_logprob", "training", "weight_sync")
 
 
+def _step(summary: Optional[dict]) -> Optional[float]:
+    """The step time a trial was scored by (TrialSummary.step_time) from its summary's JSON."""
+    from .tuner.summary import TrialSummary
+
+    if not summary:
+        return None
+    s = TrialSummary.model_validate(summary)
+    return s.step_time if s.steps else None
+
+
 def _changes(result: dict, cfg: dict) -> dict:
     from .api.models import RLConfig, RLTuningJobSpec
     from .tuner.records import config_changes
@@ -59,7 +69,7 @@ def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
                 label=p if i == 0 or p not in ax.get_legend_handles_labels()[1] else None,
             )
             left += v
-        step = (rec.get("summary") or {}).get("stepTimeMean", 0.0)
+        step = _step(rec.get("summary")) or 0.0
         ax.plot([step, step], [i - 0.4, i + 0.4], "k--", lw=1)
     ax.set_yticks(range(len(bars)), [b[0] for b in bars])
     ax.set_xlabel("seconds (phases stacked; dashed: step time, overlap makes it shorter than the stack)")
@@ -70,7 +80,7 @@ def _plots(result: dict, out_dir: Path, stem: str) -> list[tuple[str, str]]:
     files.append(_save(plt, fig, out_dir / f"{stem}-phases.png", "Phase breakdown"))
     # 2. predicted vs measured
     pts = [
-        (t["predicted"], t["summary"]["stepTimeMean"], t["state"])
+        (t["predicted"], _step(t["summary"]), t["state"])
         for t in trials
         if t.get("predicted") and t.get("summary") and t["summary"].get("steps")
     ]
@@ -112,7 +122,7 @@ def _rows(result: dict) -> list[list[str]]:
     rows = []
     for t in [base] + result["trials"]:
         s = t.get("summary") or {}
-        meas = s.get("stepTimeMean") if s.get("steps") else None
+        meas = _step(s) if s.get("steps") else None
         sp = f"{bobj / t['objective']:.2f}x" if (t.get("objective") and bobj and t["state"] == "Succeeded") else "-"
         ch = _changes(result, t["config"]) if t is not base else {}
         chs = ", ".join(f"{k}={v[1]}" for k, v in ch.items()) or "(baseline)"
@@ -202,7 +212,7 @@ def render(result: dict, path: str) -> None:
     plots = _plots(result, out.parent, out.stem)
     base = result["baseline"]
     best = next((t for t in result["trials"] if t["id"] == result.get("best")), None)
-    bstep = (base.get("summary") or {}).get("stepTimeMean")
+    bstep = _step(base.get("summary"))
     lines_summary = [f"Job {result['job']} ({result.get('mode', 'twin')} mode): {result.get('reason', '')}."]
     if bstep:
         lines_summary.append(f"Baseline: {bstep:.1f} s/step on {base.get('gpus')} GPUs.")
@@ -210,7 +220,7 @@ def render(result: dict, path: str) -> None:
         lines_summary.append(f"Profile: {result['profile'].get('evidence', '')}")
     if best and base.get("objective"):
         lines_summary.append(
-            f"Winner {best['id']}: {best['summary']['stepTimeMean']:.1f} s/step on {best['gpus']} GPUs, "
+            f"Winner {best['id']}: {_step(best['summary']):.1f} s/step on {best['gpus']} GPUs, "
             f"{base['objective'] / best['objective']:.2f}x the baseline."
         )
         for k, (a, b) in _changes(result, best["config"]).items():

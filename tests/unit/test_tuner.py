@@ -94,7 +94,7 @@ def test_forecast_error_counts_only_forecast_and_scored_trials():
     assert failed.predicted and pending.predicted
     t2 = Tuner(spec, base, hist + [failed, pending])
     assert [r.id for r in t2.forecast_trials()] == [r.id for r in hist]
-    errs = [abs(r.predicted - r.summary.step_time_mean) / r.summary.step_time_mean for r in hist]
+    errs = [abs(r.predicted - r.summary.step_time) / r.summary.step_time for r in hist]
     assert math.isclose(t2.forecast_error(), statistics.median(errs))
 
 
@@ -167,7 +167,7 @@ def test_uncertainty_scale_follows_the_forecasters_realized_errors():
         for r in hist:
             if r.summary is None or not r.summary.steps:
                 continue
-            m = r.summary.step_time_mean
+            m = r.summary.step_time
             h.append(r.model_copy(update={"predicted": m - z * 10.0, "predicted_std": 10.0}))
         return Tuner(spec, base, h)
 
@@ -187,3 +187,45 @@ def test_search_stops_when_no_trial_pays_for_itself():
     done, why = Tuner(short, base, hist).done()
     assert done and "no trial pays for itself" in why and "plannedSteps 1" in why
     assert Tuner(long, base, hist).done() == (False, "searching")
+
+
+def test_one_straggling_step_moves_the_mean_but_not_the_scored_step_time():
+    st = steps(PH, n=4, warmup=1, noise=0.0)
+    st[2].duration *= 1.3  # one of three steady steps hit a straggling node
+    s = summarize(st)
+    clean = sum(PH[p] for p in PH if p != "generation_tail")
+    assert s.step_time_mean > 1.09 * clean
+    assert s.step_time_median == clean and s.step_time == clean
+    # two steps have no middle one outlier cannot move: the mean is scored
+    two = summarize(st[:3])
+    assert two.steps == 2 and two.step_time == two.step_time_mean
+
+
+def test_the_trial_without_a_straggler_step_is_not_picked_over_a_faster_one():
+    spec = job()
+    truth = _truth(spec.baseline)
+    base = baseline_record(spec, summarize(steps(truth, n=4, noise=0.0)))
+    t = Tuner(spec, base, [])
+    p = t.rank(limit=2)
+    fast = steps({k: v * 0.80 for k, v in truth.items()}, n=4, noise=0.0)
+    fast[3].duration *= 1.25  # the faster configuration's trial met a straggler
+    slow = steps({k: v * 0.83 for k, v in truth.items()}, n=4, noise=0.0)
+    a = t.judge(t.record_for("a", p[0]), summarize(fast))
+    b = t.judge(t.record_for("b", p[1]), summarize(slow))
+    assert a.summary.step_time_mean > b.summary.step_time_mean  # by the mean, b would win
+    assert Tuner(spec, base, [a, b]).best().id == "a"
+
+
+def test_a_summary_stored_before_the_median_is_scored_by_its_mean():
+    from rltune.tuner.records import flatten_summary, unflatten_summary
+    from rltune.tuner.summary import TrialSummary
+
+    s = summarize(steps(PH, n=4, noise=0.05))
+    back = unflatten_summary(flatten_summary(s, keep_rewards=False))
+    assert s.step_time == s.step_time_median != s.step_time_mean
+    assert math.isclose(back.step_time, s.step_time, rel_tol=1e-6)
+    flat = {k: v for k, v in flatten_summary(s, keep_rewards=False).items() if k != "step_time_median"}
+    old = unflatten_summary(flat)
+    assert old.step_time == old.step_time_mean
+    assert math.isclose(old.step_time, s.step_time_mean, rel_tol=1e-6)
+    assert TrialSummary.model_validate(s.dump()).step_time == s.step_time  # camelCase JSON (reports)

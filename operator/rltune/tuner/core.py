@@ -54,7 +54,7 @@ class TrialRecord(TunerModel):
 
     @property
     def step_time(self) -> Optional[float]:
-        return self.summary.step_time_mean if self.summary and not self.summary.failed else None
+        return self.summary.step_time if self.summary and not self.summary.failed else None
 
 
 class Proposal(TunerModel):
@@ -176,7 +176,7 @@ class Tuner:
         that has missed explores more (the stated sd is the physics prior's, ~30% per unmeasured
         knob value, while the measured error is often a few percent)."""
         z2 = [
-            ((r.summary.step_time_mean - r.predicted) / r.predicted_std) ** 2
+            ((r.summary.step_time - r.predicted) / r.predicted_std) ** 2
             for r in self.forecast_trials()
             if r.predicted_std and r.predicted_std > 0
         ]
@@ -322,12 +322,12 @@ class Tuner:
             rec.state, rec.objective = TrialState.FAILED, None
             rec.reason = rec.reason or "no steady-state step was measured"
             return rec
-        rec.objective = self.objective_of(summary.step_time_mean, rec.gpus)
+        rec.objective = self.objective_of(summary.step_time, rec.gpus)
         if G.passed(rec.gates):
             rec.state = TrialState.SUCCEEDED
             if not rec.reason:
                 b = self.baseline.objective
-                rec.reason = f"{summary.step_time_mean:.1f} s/step" + (
+                rec.reason = f"{summary.step_time:.1f} s/step" + (
                     f", {b / rec.objective:.2f}x baseline" if b and not is_base else ""
                 )
         else:
@@ -347,7 +347,7 @@ class Tuner:
             return False
         g = gpus or self.budget
         rel = max(NOISE_SD, s.step_time_std / s.step_time_mean if s.steps >= 2 and s.step_time_mean > 0 else 0.0)
-        lo = s.step_time_mean * (1.0 - EARLY_STOP_Z * rel / math.sqrt(s.steps))
+        lo = s.step_time * (1.0 - EARLY_STOP_Z * rel / math.sqrt(s.steps))
         return self.objective_of(lo, g) > inc
 
     def done(self) -> tuple[bool, str]:
@@ -407,7 +407,7 @@ class Tuner:
 
     def forecast_error(self) -> Optional[float]:
         """Median |predicted - measured| / measured step time over forecast_trials()."""
-        errs = [abs(r.predicted - r.summary.step_time_mean) / r.summary.step_time_mean for r in self.forecast_trials()]
+        errs = [abs(r.predicted - r.summary.step_time) / r.summary.step_time for r in self.forecast_trials()]
         return statistics.median(errs) if errs else None
 
     def record_for(self, trial_id: str, p: Proposal) -> TrialRecord:

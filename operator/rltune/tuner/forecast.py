@@ -376,7 +376,7 @@ class Forecaster:
         ys, Xs = [], []
         for k, s, bd, f in rows:
             step, _ = self._compose_calibrated(k, bd, f)
-            ys.append(math.log(s.step_time_mean / max(step, 1e-9)))
+            ys.append(math.log(s.step_time / max(step, 1e-9)))
             Xs.append(f)
         self.step_correction = _BLR(Xs, np.array(ys), ALL_KNOBS_C, base_f, STEP_PRIOR_SD, STEP_INTERCEPT_SD, noise)
 

@@ -483,8 +483,8 @@ class _Lifecycle:
 
             summary = summarize(steps)
             t.summary = R.flatten_summary(summary, keep_rewards=False)
-            t.measured_seconds = round(summary.step_time_mean, 4) if summary.steps else None
-            t.objective = R.objective_of(self.spec, summary.step_time_mean, t.gpus) if summary.steps else None
+            t.measured_seconds = round(summary.step_time, 4) if summary.steps else None
+            t.objective = R.objective_of(self.spec, summary.step_time, t.gpus) if summary.steps else None
             self.finish(t, TrialState.STOPPED, f"early-stopped after {len(steps)} steps: cannot beat the best so far")
 
     def score(self, t: TrialStatus, obs: Observation) -> None:
@@ -507,8 +507,8 @@ class _Lifecycle:
         summary = summarize(steps)
         if t.kind == "baseline":
             t.summary = R.flatten_summary(summary, keep_rewards=True)
-            t.measured_seconds = round(summary.step_time_mean, 4) if summary.steps else None
-            t.objective = R.objective_of(self.spec, summary.step_time_mean, t.gpus) if summary.steps else None
+            t.measured_seconds = round(summary.step_time, 4) if summary.steps else None
+            t.objective = R.objective_of(self.spec, summary.step_time, t.gpus) if summary.steps else None
             if summary.failed or not summary.steps:
                 self.finish(
                     t, TrialState.FAILED, "the baseline reported no steady-state step", FailureCause.NO_STEADY_STATE
@@ -526,7 +526,7 @@ class _Lifecycle:
         judged = judge.judge(R.to_record(self.spec, t), summary, confirmation=ni)
         R.apply_judgement(t, judged, keep_rewards=False)
         if t.objective is None and summary.steps:
-            t.objective = R.objective_of(spec, summary.step_time_mean, t.gpus)
+            t.objective = R.objective_of(spec, summary.step_time, t.gpus)
         self.finish(t, t.state, t.reason or "", FailureCause.NO_STEADY_STATE if t.state == TrialState.FAILED else None)
 
     # ---------------------------------------------------------------- the phases
@@ -570,8 +570,8 @@ class _Lifecycle:
 
         summary = R.unflatten_summary(base.summary)
         prof = profile(self.spec, summary)
-        bs.step_seconds = round(summary.step_time_mean, 4)
-        bs.gpu_seconds_per_step = round(summary.step_time_mean * base.gpus, 2)
+        bs.step_seconds = round(summary.step_time, 4)
+        bs.gpu_seconds_per_step = round(summary.step_time * base.gpus, 2)
         bs.breakdown = {k: round(v, 4) for k, v in summary.phases.items()}
         bs.bottleneck = prof.bottleneck
         bs.evidence = [e.strip()[:200] for e in prof.evidence.split(";") if e.strip()][:16] or None

@@ -156,7 +156,7 @@ def apply_judgement(t: TrialStatus, record, keep_rewards: bool = False) -> None:
     t.objective = record.objective
     if record.summary is not None:
         t.summary = flatten_summary(record.summary, keep_rewards)
-        t.measured_seconds = round(record.summary.step_time_mean, 4) if record.summary.steps else None
+        t.measured_seconds = round(record.summary.step_time, 4) if record.summary.steps else None
 
 
 def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):

@@ -9,6 +9,8 @@ from pydantic.alias_generators import to_camel
 
 from ..api.metrics import PHASES, StepRecord
 
+ROBUST_MIN_STEPS = 3  # fewer steps have no middle that a single outlier cannot move
+
 
 class TunerModel(BaseModel):
     """Base of the tuner's JSON models: camelCase on the wire (resource status), snake_case in Python;
@@ -27,6 +29,7 @@ class TrialSummary(TunerModel):
     total_steps: int = Field(0, description="All steps reported, warm-up included.")
     step_time_mean: float = Field(0.0, description="Mean seconds per steady-state step.")
     step_time_std: float = Field(0.0, description="Sample standard deviation of steady-state step time.")
+    step_time_median: float = Field(0.0, description="Median seconds per steady-state step.")
     phases: dict[str, float] = Field(default_factory=dict, description="Mean seconds per phase.")
     generated_tokens: float = Field(0.0, description="Mean tokens generated per step.")
     trained_tokens: float = Field(0.0, description="Mean tokens trained per step.")
@@ -39,6 +42,16 @@ class TrialSummary(TunerModel):
     rewards: list[float] = Field(default_factory=list, description="Per-step mean reward (steady-state steps).")
     nan: bool = Field(False, description="A NaN/inf was reported in any scored value.")
     failed: bool = Field(False, description="No steady-state step was measured.")
+
+    @property
+    def step_time(self) -> float:
+        """The step time a trial is scored by: its median steady step once ROBUST_MIN_STEPS were
+        measured, else the mean. One step slowed by a straggling node moves a three-step mean by
+        several percent, more than separates the best configurations; the median ignores it.
+        (Summaries stored before the median existed fall back to the mean.)"""
+        if self.steps >= ROBUST_MIN_STEPS and self.step_time_median > 0:
+            return self.step_time_median
+        return self.step_time_mean
 
 
 def _finite(x: float) -> bool:
@@ -60,6 +73,8 @@ def summarize(steps: list[StepRecord]) -> TrialSummary:
     d = [s.duration for s in steady]
     mean = sum(d) / n
     std = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
+    ds = sorted(d)
+    median = ds[n // 2] if n % 2 else 0.5 * (ds[n // 2 - 1] + ds[n // 2])
     names = [p for p in PHASES] + sorted({k for s in steady for k in s.phases} - set(PHASES))
     phases = {}
     for p in names:
@@ -73,6 +88,7 @@ def summarize(steps: list[StepRecord]) -> TrialSummary:
         total_steps=len(steps),
         step_time_mean=mean,
         step_time_std=std,
+        step_time_median=median,
         phases=phases,
         generated_tokens=sum(s.generated_tokens for s in steady) / n,
         trained_tokens=sum(s.trained_tokens for s in steady) / n,
