@@ -122,7 +122,7 @@ def _rows(result: dict) -> list[list[str]]:
     rows = []
     for t in [base] + result["trials"]:
         s = t.get("summary") or {}
-        meas = _step(s) if s.get("steps") else None
+        meas = _step(s)
         sp = f"{bobj / t['objective']:.2f}x" if (t.get("objective") and bobj and t["state"] == "Succeeded") else "-"
         ch = _changes(result, t["config"]) if t is not base else {}
         chs = ", ".join(f"{k}={v[1]}" for k, v in ch.items()) or "(baseline)"

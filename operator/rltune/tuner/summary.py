@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
@@ -73,8 +74,6 @@ def summarize(steps: list[StepRecord]) -> TrialSummary:
     d = [s.duration for s in steady]
     mean = sum(d) / n
     std = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
-    ds = sorted(d)
-    median = ds[n // 2] if n % 2 else 0.5 * (ds[n // 2 - 1] + ds[n // 2])
     names = [p for p in PHASES] + sorted({k for s in steady for k in s.phases} - set(PHASES))
     phases = {}
     for p in names:
@@ -88,7 +87,7 @@ def summarize(steps: list[StepRecord]) -> TrialSummary:
         total_steps=len(steps),
         step_time_mean=mean,
         step_time_std=std,
-        step_time_median=median,
+        step_time_median=statistics.median(d),
         phases=phases,
         generated_tokens=sum(s.generated_tokens for s in steady) / n,
         trained_tokens=sum(s.trained_tokens for s in steady) / n,

@@ -164,13 +164,18 @@ def _truncate_episodes(
     offs = np.zeros(n, dtype=np.int64)
     np.cumsum(turns[:-1], out=offs[1:])
     ep_of = np.repeat(np.arange(n), turns)
-    used = np.cumsum(gens) - gens  # generated tokens before each turn, within its episode
-    used -= used[offs][ep_of]
-    seen = np.cumsum(gens + obs) - (gens + obs)
-    seen -= seen[offs][ep_of]
-    ctx = prompt.astype(np.int64)[ep_of] + seen  # context before each turn's generation
-    left = budget0 - used
-    cut = (gens > left) | (gens > limit - ctx - 1) | (left - gens <= 0) | (ctx + gens + obs >= limit - 1)
+
+    def before(x: np.ndarray) -> np.ndarray:
+        """Sum of x over each turn's earlier turns in its episode."""
+        c = np.cumsum(x) - x
+        return c - c[offs][ep_of]
+
+    ctx = prompt.astype(np.int64)[ep_of] + before(gens + obs)  # context before each turn's generation
+    left = budget0 - before(gens)  # response budget left at each turn
+    # A turn is cut, or ends its episode, when its generation uses up the budget or its generation
+    # and observation reach the context limit (observations are >= 0, so this also covers a
+    # generation clipped by the context).
+    cut = (gens >= left) | (ctx + gens + obs >= limit - 1)
     first = np.minimum.reduceat(np.where(cut, np.arange(total), total), offs)
     clean = np.minimum(first, offs + turns) - offs
     gl, ol, tl = gens.tolist(), obs.tolist(), tools.tolist()
@@ -188,7 +193,7 @@ def _truncate_episodes(
                 oo.append(min(ol[j], max(0, limit - cx - 1)))
                 ttl.append(tl[j])
         if not gg:
-            gg, oo, ttl = [1], [0], [tl[a] if k else 0.0]
+            gg, oo, ttl = [1], [0], [tl[a]]
         tg.append(gg)
         to.append(oo)
         tt.append(ttl)
