@@ -392,14 +392,7 @@ def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float, float]:
     """(true objective, trial GPU-hours, true GPU-seconds per step) of a method's pick after its
     first k trials; the baseline when nothing it measured beat the baseline."""
     ok = [r for r in hist[:k] if r.state == TrialState.SUCCEEDED and r.objective is not None]
-    gpu_h = (
-        sum(
-            r.summary.step_time_mean * r.gpus * r.summary.total_steps
-            for r in hist[:k]
-            if r.summary is not None and r.summary.steps
-        )
-        / 3600
-    )
+    gpu_h = sum(r.summary.seconds_spent * r.gpus for r in hist[:k] if r.summary is not None) / 3600
 
     def gpu_s(rec, t):
         return t[1] * (rec.config.gpus or rn.space.budget)

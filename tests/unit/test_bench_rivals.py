@@ -6,6 +6,7 @@ import pytest
 from bench.jobs import generated_jobs, jobs
 from bench.run import (
     RIVALS,
+    best_after,
     fits_memory,
     judge_or_stop,
     measured_baseline,
@@ -16,7 +17,7 @@ from bench.run import (
 
 from rltune.api.models import RLTuningJobSpec
 from rltune.api.status import TrialState
-from rltune.tuner import Tuner
+from rltune.tuner import Tuner, summarize
 from rltune.tuner.search import flat_key
 
 pytest.importorskip("optuna")
@@ -79,6 +80,18 @@ def test_tuning_cost_and_payback():
     assert c["payback_steps"] == pytest.approx(10.0)
     none = tuning_cost(10.0, 3600.0, 3600.0)
     assert none["share"] is None and none["payback_steps"] is None
+
+
+def test_trial_gpu_hours_count_the_warm_up_step_as_it_ran(bench_job):
+    rn, base = bench_job
+    tuner = Tuner(rn.spec, base, [])
+    steps, _ = rn.steps(base.config, "t1", 7)
+    steady = [s.duration for s in steps[1:]]
+    assert steps[0].warmup and steps[0].duration > sum(steady) / len(steady)  # graph capture, slower training
+    rec = tuner.judge(tuner.record_for("t1", _prop(base.config)), summarize(steps))
+    _, gpu_h, _ = best_after(rn, base, [rec], 1)
+    assert gpu_h == pytest.approx(sum(s.duration for s in steps) * rec.gpus / 3600)
+    assert gpu_h > rec.summary.step_time_mean * rec.summary.total_steps * rec.gpus / 3600
 
 
 def test_generated_jobs_are_fixed_valid_and_apart_from_the_seed_jobs():

@@ -3,6 +3,7 @@
 import json
 import math
 
+import pytest
 from test_tuner_fixtures import job, steps
 
 from rltune.api.status import FailureCause, TrialState
@@ -229,3 +230,18 @@ def test_a_summary_stored_before_the_median_is_scored_by_its_mean():
     assert old.step_time == old.step_time_mean
     assert math.isclose(old.step_time, s.step_time_mean, rel_tol=1e-6)
     assert TrialSummary.model_validate(s.dump()).step_time == s.step_time  # camelCase JSON (reports)
+
+
+def test_the_seconds_a_trial_spent_count_its_slow_warm_up_step():
+    from rltune.tuner.records import flatten_summary, unflatten_summary
+
+    st = steps(PH, n=4, warmup=1, noise=0.0)
+    st[0].duration *= 1.8  # the first step captures CUDA graphs and fills the pipeline
+    s = summarize(st)
+    assert s.seconds_spent == pytest.approx(sum(x.duration for x in st))
+    assert s.seconds_spent > 1.15 * s.step_time_mean * s.total_steps  # steady mean x steps undercounts
+    assert unflatten_summary(flatten_summary(s, keep_rewards=False)).seconds_spent == pytest.approx(s.seconds_spent)
+    old = unflatten_summary({k: v for k, v in flatten_summary(s, keep_rewards=False).items() if k != "seconds_total"})
+    assert old.seconds_spent == pytest.approx(s.step_time_mean * s.total_steps)  # stored before: the old estimate
+    # a trial stopped in its warm-up still spent that step
+    assert summarize(st[:1]).seconds_spent == pytest.approx(st[0].duration)

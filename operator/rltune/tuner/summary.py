@@ -31,6 +31,9 @@ class TrialSummary(TunerModel):
     step_time_mean: float = Field(0.0, description="Mean seconds per steady-state step.")
     step_time_std: float = Field(0.0, description="Sample standard deviation of steady-state step time.")
     step_time_median: float = Field(0.0, description="Median seconds per steady-state step.")
+    seconds_total: float = Field(
+        0.0, description="Seconds of all reported steps, warm-up included: the step time the trial's GPUs spent."
+    )
     phases: dict[str, float] = Field(default_factory=dict, description="Mean seconds per phase.")
     generated_tokens: float = Field(0.0, description="Mean tokens generated per step.")
     trained_tokens: float = Field(0.0, description="Mean tokens trained per step.")
@@ -54,6 +57,15 @@ class TrialSummary(TunerModel):
             return self.step_time_median
         return self.step_time_mean
 
+    @property
+    def seconds_spent(self) -> float:
+        """Step seconds the trial ran, warm-up included (what its GPUs were busy with). A first
+        step that captures CUDA graphs or fills the pipeline is slower than a steady one, so steady
+        mean x steps undercounts; summaries stored before seconds_total fall back to it."""
+        if self.seconds_total > 0:
+            return self.seconds_total
+        return self.step_time_mean * self.total_steps
+
 
 def _finite(x: float) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
@@ -68,8 +80,9 @@ def summarize(steps: list[StepRecord]) -> TrialSummary:
         for s in steps
         for v in [s.duration, s.reward, s.logprob_mismatch, s.staleness, *s.phases.values()]
     )
+    spent = sum(s.duration for s in steps if _finite(s.duration) and s.duration > 0)
     if not steady:
-        return TrialSummary(steps=0, total_steps=len(steps), nan=nan, failed=True)
+        return TrialSummary(steps=0, total_steps=len(steps), seconds_total=spent, nan=nan, failed=True)
     n = len(steady)
     d = [s.duration for s in steady]
     mean = sum(d) / n
@@ -88,6 +101,7 @@ def summarize(steps: list[StepRecord]) -> TrialSummary:
         step_time_mean=mean,
         step_time_std=std,
         step_time_median=statistics.median(d),
+        seconds_total=spent,
         phases=phases,
         generated_tokens=sum(s.generated_tokens for s in steady) / n,
         trained_tokens=sum(s.trained_tokens for s in steady) / n,
