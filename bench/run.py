@@ -38,7 +38,7 @@ from bench.jobs import jobs as bench_jobs  # noqa: E402
 from rltune import twin  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
 from rltune.api.status import TrialState  # noqa: E402
-from rltune.tuner import Tuner, baseline_record, summarize  # noqa: E402
+from rltune.tuner import Tuner, baseline_record, payback, summarize  # noqa: E402
 from rltune.tuner.knobs import OUTER_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS  # noqa: E402
 from rltune.tuner.records import failure_cause, objective_of  # noqa: E402
 from rltune.tuner.search import Space, flat_key  # noqa: E402
@@ -413,13 +413,12 @@ RUN_STEPS = 500  # the production run the tuning cost is weighed against
 def tuning_cost(trial_gpu_h: float, base_gpu_s: float, pick_gpu_s: float) -> dict:
     """What tuning cost against what it saves: trial GPU-hours, GPU-hours saved over RUN_STEPS
     steps, their ratio, and the step at which the savings pay the trials back."""
-    saved = max(0.0, base_gpu_s - pick_gpu_s)
-    saved_h = saved * RUN_STEPS / 3600
+    c = payback.tuning_cost(trial_gpu_h * 3600, base_gpu_s, pick_gpu_s, RUN_STEPS)
     return {
-        "trial_gpu_h": trial_gpu_h,
-        "saved_gpu_h": saved_h,
-        "share": trial_gpu_h / saved_h if saved_h > 0 else None,
-        "payback_steps": trial_gpu_h * 3600 / saved if saved > 0 else None,
+        "trial_gpu_h": c.trial_gpu_hours,
+        "saved_gpu_h": c.saved_gpu_hours,
+        "share": c.share,
+        "payback_steps": c.payback_steps,
     }
 
 

@@ -46,6 +46,22 @@ def test_a_job_goes_from_pending_to_a_confirmed_winner():
     kinds = [t.kind for t in status.trials]
     assert kinds[0] == "baseline" and kinds[-1] == "confirm" and "search" in kinds
     assert status.best and status.best.confirmed and status.best.speedup > 1.0
+    # what the trials cost against what the winner saves over budget.plannedSteps
+    spent = sum(
+        R.unflatten_summary(t.summary).seconds_spent * t.gpus / 3600
+        for t in status.trials
+        if t.kind != "baseline" and t.summary
+    )
+    c = status.tuning_cost
+    assert spent > 0 and abs(c.trial_gpu_hours - spent) < 1e-3 and c.planned_steps == spec.budget.planned_steps
+    saved = (
+        (status.baseline.step_seconds * status.baseline.gpus - status.best.gpu_seconds_per_step)
+        * spec.budget.planned_steps
+        / 3600
+    )
+    assert abs(c.saved_gpu_hours - saved) < 1e-2 * saved and abs(c.share - c.trial_gpu_hours / c.saved_gpu_hours) < 1e-3
+    assert abs(c.payback_steps - c.trial_gpu_hours / (c.saved_gpu_hours / c.planned_steps)) < 0.1
+    assert "paid back after" in status.message
     conds = {c.type: c for c in status.conditions}
     assert conds["Ready"].status == "True" and conds["Reconciling"].status == "False"
     assert conds["Stalled"].status == "False" and conds["Complete"].reason == "Improved"
@@ -210,6 +226,9 @@ def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
     confirms = [t for t in status.trials if t.kind == "confirm"]
     assert confirms and all(c.state == TrialState.REJECTED and "non-inferiority" in c.reason for c in confirms)
     assert status.phase == Phase.SUCCEEDED and status.best is None and status.speedup == "1.00x"
+    # the trials still cost GPU-hours; with no winner nothing pays them back
+    c = status.tuning_cost
+    assert c.trial_gpu_hours > 0 and c.saved_gpu_hours == 0 and c.share is None and c.payback_steps is None
     assert any(e.reason == "ConfirmationFailed" for e in events)
     search = [t for t in status.trials if t.kind == "search"]
     assert len(search) == 4 and all(t.state in (TrialState.SUCCEEDED, TrialState.REJECTED) for t in search)

@@ -186,6 +186,23 @@ class BestStatus(CamelModel):
     mode: Optional[str] = Field(None, description="verl/OpenRLHF: the framework mode the winner runs in.")
 
 
+class TuningCostStatus(CamelModel):
+    """What the tuning cost against what its pick saves over budget.plannedSteps (rltune.tuner.payback)."""
+
+    trial_gpu_hours: float = Field(
+        description="GPU-hours of every trial's steps, warm-up included (search, confirmation and pool "
+        "trials; not the baseline's profile, nor pod start-up)."
+    )
+    saved_gpu_hours: float = Field(
+        description="GPU-hours the winner saves over budget.plannedSteps against the baseline (0 when none)."
+    )
+    planned_steps: int = Field(description="budget.plannedSteps the saving is counted over.")
+    share: Optional[float] = Field(None, description="trialGpuHours / savedGpuHours (absent when nothing is saved).")
+    payback_steps: Optional[float] = Field(
+        None, description="Steps of the planned run after which the winner has saved what the trials cost."
+    )
+
+
 class PoolOfferStatus(CamelModel):
     """Another GPU pool against the winner here, in cost per step (spec.resources.pools)."""
 
@@ -235,6 +252,9 @@ class RLTuningJobStatus(CamelModel):
     )
     framework: Optional[str] = Field(
         None, description="verl/OpenRLHF: the adapter used: framework, the version it was checked against, backend."
+    )
+    tuning_cost: Optional[TuningCostStatus] = Field(
+        None, description="GPU-hours the trials used against what the winner saves; set when the job concludes."
     )
     pool_offer: Optional[PoolOfferStatus] = Field(
         None, description="spec.resources.pools: the cheapest other pool for the winner, forecast and measured."

@@ -42,8 +42,10 @@ from ..api.status import (
     RLTuningJobStatus,
     TrialState,
     TrialStatus,
+    TuningCostStatus,
 )
 from . import records as R
+from .payback import tuning_cost
 
 REASON_GRACE_SECONDS = 5.0  # how long a failed trial's exported reason may take to reach the metrics store
 
@@ -683,6 +685,7 @@ class _Lifecycle:
         if best is None or best.objective is None or base_obj is None or best.objective >= base_obj:
             msg = f"nothing beats the baseline ({why}); keep the current configuration"
             st.best, st.speedup = None, "1.00x"
+            self.record_tuning_cost()
             self.info("NoImprovement", msg)
             self.phase(Phase.SUCCEEDED, msg, complete=("NoImprovement", msg))
             return
@@ -822,12 +825,36 @@ class _Lifecycle:
         self.info("PoolOffer", po.message, t.id)
         self.succeeded("confirmed" if self.status.best.confirmed else "search done")
 
+    def record_tuning_cost(self) -> None:
+        """status.tuningCost: every trial's step GPU-hours (the baseline's profile aside) against
+        what the winner saves over budget.plannedSteps (none: nothing beat the baseline)."""
+        st = self.status
+        spent = sum(
+            R.unflatten_summary(t.summary).seconds_spent * t.gpus
+            for t in st.trials
+            if t.kind != "baseline" and t.summary
+        )
+        base = st.baseline
+        base_gs = (base.step_seconds or 0.0) * (base.gpus or 0) if base else 0.0
+        pick_gs = st.best.gpu_seconds_per_step if st.best else base_gs
+        c = tuning_cost(spent, base_gs, pick_gs, self.spec.budget.planned_steps)
+        st.tuning_cost = TuningCostStatus(
+            trial_gpu_hours=round(c.trial_gpu_hours, 3),
+            saved_gpu_hours=round(c.saved_gpu_hours, 3),
+            planned_steps=c.planned_steps,
+            share=round(c.share, 4) if c.share is not None else None,
+            payback_steps=round(c.payback_steps, 1) if c.payback_steps is not None else None,
+        )
+
     def succeeded(self, why: str) -> None:
-        b = self.status.best
+        self.record_tuning_cost()
+        b, c = self.status.best, self.status.tuning_cost
         msg = (
             f"best {b.trial}: {b.step_seconds:.1f}s/step, {self.status.speedup} faster than the baseline on "
             f"{b.gpus} GPUs ({why})"
         )
+        if c is not None and c.payback_steps is not None:
+            msg += f"; the trials' {c.trial_gpu_hours:.1f} GPU-h are paid back after {c.payback_steps:.0f} steps"
         self.info("Succeeded", msg)
         self.phase(Phase.SUCCEEDED, msg, complete=("Improved", msg))
 
