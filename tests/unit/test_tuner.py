@@ -1,8 +1,11 @@
 """Tuner API: summaries, profile, JSON round trip and reconstruction, early stop, done, best, error."""
 
+import dataclasses
 import json
 import math
+import statistics
 
+import numpy as np
 import pytest
 from test_tuner_fixtures import job, steps
 
@@ -245,3 +248,27 @@ def test_the_seconds_a_trial_spent_count_its_slow_warm_up_step():
     assert old.seconds_spent == pytest.approx(s.step_time_mean * s.total_steps)  # stored before: the old estimate
     # a trial stopped in its warm-up still spent that step
     assert summarize(st[:1]).seconds_spent == pytest.approx(st[0].duration)
+
+
+def test_a_trial_is_costed_with_its_warm_up_as_measured():
+    spec = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 4, "plannedSteps": 500})
+    base, hist = _loop(spec, _truth, n=3)
+    t = Tuner(spec, base, hist)
+    extra = [r.summary.seconds_total / r.summary.step_time_mean - r.summary.total_steps for r in [base] + hist]
+    assert t.trial_steps() == pytest.approx(4 + max(0.0, statistics.median(extra)))
+
+    def slow_first(summary_steps):
+        st = [dataclasses.replace(s) for s in summary_steps]
+        st[0].duration *= 2.5  # a warm-up that captures CUDA graphs and fills an empty pipeline
+        return summarize(st)
+
+    slow_base = base.model_copy(update={"summary": slow_first(steps(_truth(spec.baseline), seed=99))})
+    slow = [r.model_copy(update={"summary": slow_first(steps(_truth(r.config), seed=i))}) for i, r in enumerate(hist)]
+    ts = Tuner(spec, slow_base, slow)
+    assert ts.trial_steps() > t.trial_steps() + 1.0  # the warm-up costs more than one more steady step
+    # the steady steps are the same, so the forecasts are; each candidate is worth its objective
+    # times the extra warm-up steps less
+    cands = t._candidates(exclude=t._excluded)
+    objective = np.array([c.objective for c in cands])
+    lost = t.expected_value(cands) - ts.expected_value(cands)
+    assert np.allclose(lost, objective * (ts.trial_steps() - t.trial_steps()))

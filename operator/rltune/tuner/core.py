@@ -198,7 +198,19 @@ class Tuner:
         (its forecast objective for stepsPerTrial steps)."""
         b = self.spec.budget
         ei = self.constrained_ei(self.incumbent(), cands)
-        return ei * b.planned_steps - np.array([c.objective for c in cands]) * b.steps_per_trial
+        return ei * b.planned_steps - np.array([c.objective for c in cands]) * self.trial_steps()
+
+    def trial_steps(self) -> float:
+        """What one trial costs, in steady steps: budget.stepsPerTrial plus how much longer than a
+        steady step its warm-up runs (CUDA-graph capture, a slower first training pass, an empty
+        pipeline), the median over the trials measured so far; stepsPerTrial before any."""
+        extra = [
+            s.seconds_total / s.step_time_mean - s.total_steps
+            for r in [self.baseline] + self.history
+            for s in [r.summary]
+            if s is not None and not s.failed and s.seconds_total > 0 and s.step_time_mean > 0
+        ]
+        return self.spec.budget.steps_per_trial + (max(0.0, statistics.median(extra)) if extra else 0.0)
 
     def constrained_ei(self, inc: float, cands: list[Candidate]) -> np.ndarray:
         """Expected improvement that counts only if the candidate passes the quality gates and
@@ -372,11 +384,11 @@ class Tuner:
             i = int(np.argmax(val))
             if val[i] <= 0.0:
                 b = self.spec.budget
-                cost = cands[i].objective * b.steps_per_trial
+                cost = cands[i].objective * self.trial_steps()
                 return True, (
                     f"no trial pays for itself: the best expected saving over budget.plannedSteps "
                     f"{b.planned_steps} ({float(val[i]) + cost:.0f}) is below the cost of its own "
-                    f"{b.steps_per_trial}-step trial ({cost:.0f}, objective units)"
+                    f"{b.steps_per_trial}-step trial ({cost:.0f}, objective units, its warm-up as measured)"
                 )
         return False, "searching"
 
