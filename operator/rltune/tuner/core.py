@@ -195,7 +195,7 @@ class Tuner:
         """What running each candidate is worth, in objective units summed over the planned run:
         its expected improvement over the incumbent, weighted by the chances it passes the gates
         and fits in memory, times budget.plannedSteps, minus what its own trial costs
-        (its forecast objective for stepsPerTrial steps)."""
+        (its forecast objective for trial_steps() steps: stepsPerTrial and the measured warm-up)."""
         b = self.spec.budget
         ei = self.constrained_ei(self.incumbent(), cands)
         return ei * b.planned_steps - np.array([c.objective for c in cands]) * self.trial_steps()
