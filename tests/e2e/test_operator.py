@@ -148,6 +148,10 @@ def test_twin_demo_end_to_end(bed, namespace, operator):
     assert best["speedup"] >= 1.3, best
     assert best["confirmed"]
     assert st["baseline"]["bottleneck"]
+    # what tuning cost against what the winner saves survives the API server's structural schema
+    cost = st["tuningCost"]
+    assert cost["trialGpuHours"] > 0 and cost["savedGpuHours"] > 0 and cost["paybackSteps"] > 0, cost
+    assert cost["plannedSteps"] > 0 and abs(cost["share"] - cost["trialGpuHours"] / cost["savedGpuHours"]) < 1e-3
     # every trial pod ran on the B300 pool
     from kubernetes import client
 
