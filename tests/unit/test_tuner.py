@@ -272,3 +272,33 @@ def test_a_trial_is_costed_with_its_warm_up_as_measured():
     objective = np.array([c.objective for c in cands])
     lost = t.expected_value(cands) - ts.expected_value(cands)
     assert np.allclose(lost, objective * (ts.trial_steps() - t.trial_steps()))
+
+
+def test_a_noisy_trial_is_worth_only_what_it_can_resolve():
+    from rltune.tuner.search import noisy_trial_value
+
+    spec = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 4, "plannedSteps": 500})
+    base, hist = _loop(spec, _truth, n=3)
+    t = Tuner(spec, base, hist)
+    cands = t._candidates(exclude=t._excluded)
+    sd = np.array([c.objective_std for c in cands])
+    obj = np.array([c.objective for c in cands])
+    # a noiseless trial resolves it all
+    assert np.allclose([c.objective_std for c in noisy_trial_value(cands, 0.0)], sd)
+    # noise as large as the forecast's own sd: the trial moves the estimate by sd / sqrt(2)
+    same = noisy_trial_value([dataclasses.replace(c, objective_std=0.05 * c.objective) for c in cands], 0.05)
+    assert np.allclose([c.objective_std for c in same], 0.05 * obj / math.sqrt(2))
+
+    # the same trials, the same medians, ten times the step-to-step spread
+    def noisy(r):
+        s = r.summary
+        return r.model_copy(update={"summary": s.model_copy(update={"step_time_std": 10 * s.step_time_std})})
+
+    tn = Tuner(spec, noisy(base), [noisy(r) for r in hist])
+    assert tn.incumbent() == t.incumbent() and tn.trial_steps() == t.trial_steps()
+    assert tn.measurement_sd() > 3 * t.measurement_sd()
+    # with the default 7% per step, three steady steps scored by their median: 0.07 * sqrt(pi/2 / 3)
+    assert Tuner(spec, baseline_record(spec), []).measurement_sd() == pytest.approx(0.07 * math.sqrt(math.pi / 6))
+    # a trial whose noise swamps what it could find is worth less, so the search stops sooner
+    assert np.all(tn.expected_value(cands) <= t.expected_value(cands) + 1e-9)
+    assert np.any(tn.expected_value(cands) < t.expected_value(cands) - 1.0)

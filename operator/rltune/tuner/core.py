@@ -22,8 +22,8 @@ from . import physics
 from .forecast import ALL_FEATS, NOISE_SD, Forecaster, Prediction, features
 from .profile import Profile, profile
 from .records import config_changes, objective_of
-from .search import Candidate, Space, candidates, expected_improvement, explicit, flat_key
-from .summary import TrialSummary, TunerModel, summarize
+from .search import Candidate, Space, candidates, expected_improvement, explicit, flat_key, noisy_trial_value
+from .summary import ROBUST_MIN_STEPS, TrialSummary, TunerModel, summarize
 
 TERMINAL = tuple(s for s in TrialState if s.is_terminal)
 
@@ -193,12 +193,28 @@ class Tuner:
 
     def expected_value(self, cands: list[Candidate]) -> np.ndarray:
         """What running each candidate is worth, in objective units summed over the planned run:
-        its expected improvement over the incumbent, weighted by the chances it passes the gates
-        and fits in memory, times budget.plannedSteps, minus what its own trial costs
-        (its forecast objective for trial_steps() steps: stepsPerTrial and the measured warm-up)."""
+        the expected improvement its trial can bring (noisy_trial_value), weighted by the chances
+        it passes the gates and fits in memory, times budget.plannedSteps, minus what its own trial
+        costs (its forecast objective for trial_steps() steps: stepsPerTrial and the measured warm-up)."""
         b = self.spec.budget
-        ei = self.constrained_ei(self.incumbent(), cands)
+        ei = self.constrained_ei(self.incumbent(), noisy_trial_value(cands, self.measurement_sd()))
         return ei * b.planned_steps - np.array([c.objective for c in cands]) * self.trial_steps()
+
+    def measurement_sd(self) -> float:
+        """Relative standard deviation of one trial's scored objective on this job: the per-step
+        spread of the steady steps measured so far (variances pooled over every measured trial,
+        with NOISE_SD as one prior trial of stepsPerTrial steps), over the steady steps a trial
+        scores; x sqrt(pi/2) when it is scored by the median (summary.ROBUST_MIN_STEPS)."""
+        b = self.spec.budget
+        n = max(1, b.steps_per_trial - b.warmup_steps)
+        df, ss = float(n - 1 or 1), (n - 1 or 1) * NOISE_SD**2
+        for r in [self.baseline] + self.history:
+            s = r.summary
+            if s is not None and not s.failed and not s.nan and s.steps >= 2 and s.step_time_mean > 0:
+                df += s.steps - 1
+                ss += (s.steps - 1) * (s.step_time_std / s.step_time_mean) ** 2
+        per_step = math.sqrt(ss / df)
+        return per_step * math.sqrt((math.pi / 2 if n >= ROBUST_MIN_STEPS else 1.0) / n)
 
     def trial_steps(self) -> float:
         """What one trial costs, in steady steps: budget.stepsPerTrial plus how much longer than a

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable, Optional
 
 import numpy as np
@@ -383,6 +383,20 @@ def expected_improvement(incumbent: float, cands: list[Candidate]) -> np.ndarray
     sd = np.maximum(np.array([c.objective_std for c in cands]), 1e-9)
     z = (incumbent - mu) / sd
     return (incumbent - mu) * _ncdf(z) + sd * _npdf(z)
+
+
+def noisy_trial_value(cands: list[Candidate], measurement_sd: float) -> list[Candidate]:
+    """The candidates with the objective sd that a noisy trial can resolve: a trial measures the
+    objective with relative sd `measurement_sd`, so the estimate it leaves moves by at most
+    sd^2 / sqrt(sd^2 + noise^2) (the knowledge gradient of one noisy observation), not by the
+    full forecast sd. Expected improvement under that sd is what the trial is worth: where the
+    forecast is no more certain than one trial's noise, another trial mostly re-draws the noise."""
+    out = []
+    for c in cands:
+        noise = measurement_sd * c.objective
+        sd = c.objective_std**2 / math.sqrt(c.objective_std**2 + noise**2) if c.objective_std > 0 else 0.0
+        out.append(replace(c, objective_std=sd))
+    return out
 
 
 def _ncdf(z):
