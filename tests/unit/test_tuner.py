@@ -190,6 +190,7 @@ def test_search_stops_when_no_trial_pays_for_itself():
     long = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 6, "plannedSteps": 10_000_000})
     done, why = Tuner(short, base, hist).done()
     assert done and "no trial pays for itself" in why and "plannedSteps 1" in why
+    assert f"+-{Tuner(short, base, hist).measurement_sd():.1%}" in why  # what one trial resolves here
     assert Tuner(long, base, hist).done() == (False, "searching")
 
 

@@ -404,7 +404,9 @@ class Tuner:
                 return True, (
                     f"no trial pays for itself: the best expected saving over budget.plannedSteps "
                     f"{b.planned_steps} ({float(val[i]) + cost:.0f}) is below the cost of its own "
-                    f"{b.steps_per_trial}-step trial ({cost:.0f}, objective units, its warm-up as measured)"
+                    f"{b.steps_per_trial}-step trial ({cost:.0f}, objective units, its warm-up as measured); "
+                    f"a trial measures to +-{self.measurement_sd():.1%} here, more steady steps per trial "
+                    f"would measure finer"
                 )
         return False, "searching"
 
