@@ -68,6 +68,9 @@ def test_a_job_goes_from_pending_to_a_confirmed_winner():
     assert status.baseline.bottleneck and status.trials_done.endswith("/6")
     started = [e.trial for e in events if e.reason == "TrialStarted"]
     assert started == [t.id for t in status.trials]  # one start event per trial, in order
+    # why the search ended is said once, before the confirmation's message replaces it
+    ended = [e.message for e in events if e.reason == "SearchEnded"]
+    assert len(ended) == 1 and ended[0]
 
 
 def test_step_is_pure():

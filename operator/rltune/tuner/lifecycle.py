@@ -702,7 +702,12 @@ class _Lifecycle:
                 bt.predicted_std,
                 of=bt.id,
             )
-            self.phase(Phase.CONFIRMING, f"confirming {bt.id} with {self.spec.budget.confirm_steps} steps")
+            # the confirmation's own message replaces this one at the end: say why the search ended now
+            self.info("SearchEnded", why)
+            self.phase(
+                Phase.CONFIRMING,
+                f"confirming {bt.id} with {self.spec.budget.confirm_steps} steps; the search ended: {why}",
+            )
             return
         self.set_best(bt, confirmed=False)
         self.succeed(why)
