@@ -16,7 +16,7 @@ from rltune.tuner import Tuner
 from rltune.tuner import lifecycle as L
 from rltune.tuner.forecast import TRANSFER_SD
 from rltune.tuner.pools import cost_per_step, offer_for
-from rltune.tuner.records import objective_of
+from rltune.tuner.records import objective_of, unflatten_summary
 
 POOLS = [{"name": "h200-spot", "gpuType": "H200", "pricePerGpuHour": 2.5}]
 
@@ -144,12 +144,22 @@ def test_the_lifecycle_measures_the_cheaper_pool_and_recommends_on_the_measureme
     assert any(e.reason == "PoolOffer" for e in events)
     assert status.best.trial != pool[0].id  # the winner here stays the winner; the pool is a recommendation
 
+    # what tuning cost: the pool trial ran on H200s at 2.5 an hour, counted at its price in B300-hours
+    def gpu_h(t):
+        return unflatten_summary(t.summary).seconds_spent * t.gpus / 3600
+
+    here = sum(gpu_h(t) for t in status.trials if t.kind in ("search", "confirm") and t.summary)
+    c = status.tuning_cost
+    assert c.pool_trial_gpu_hours == pytest.approx(gpu_h(pool[0]), abs=1e-3)
+    assert c.trial_gpu_hours == pytest.approx(here + gpu_h(pool[0]) * 2.5 / 6.0, abs=1e-3)
+
 
 def test_a_pool_the_measurement_shows_dearer_is_not_recommended():
     status, _ = _drive_with_pool(10.0, confirm_steps=0)  # far slower there than forecast
     po = status.pool_offer
     assert status.phase == Phase.SUCCEEDED and po is not None and po.trial
     assert po.saving < 0 and not po.recommended and "stay" in po.message
+    assert status.tuning_cost.pool_trial_gpu_hours > 0  # a pool trial that lost still cost its GPUs
 
 
 def test_the_report_of_a_job_says_what_the_other_pool_measured(tmp_path):

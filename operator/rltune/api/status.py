@@ -191,7 +191,11 @@ class TuningCostStatus(CamelModel):
 
     trial_gpu_hours: float = Field(
         description="GPU-hours of every trial's steps, warm-up included (search, confirmation and pool "
-        "trials; not the baseline's profile, nor pod start-up)."
+        "trials; not the baseline's profile, nor pod start-up), in this pool's GPUs: a trial in another "
+        "pool counts at its price (its GPU-hours x its pricePerGpuHour / resources.pricePerGpuHour)."
+    )
+    pool_trial_gpu_hours: Optional[float] = Field(
+        None, description="GPU-hours the trials in other pools ran there, on their own GPUs (absent: none ran)."
     )
     saved_gpu_hours: float = Field(
         description="GPU-hours the winner saves over budget.plannedSteps against the baseline (0 when none)."

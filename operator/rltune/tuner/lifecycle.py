@@ -832,19 +832,31 @@ class _Lifecycle:
 
     def record_tuning_cost(self) -> None:
         """status.tuningCost: every trial's step GPU-hours (the baseline's profile aside) against
-        what the winner saves over budget.plannedSteps (none: nothing beat the baseline)."""
+        what the winner saves over budget.plannedSteps (none: nothing beat the baseline). A trial in
+        another pool ran on other GPUs at another price: it counts at its price, in this pool's
+        GPU-hours, and its own GPU-hours are reported apart."""
         st = self.status
-        spent = sum(
-            R.unflatten_summary(t.summary).seconds_spent * t.gpus
-            for t in st.trials
-            if t.kind != "baseline" and t.summary
-        )
+        res = self.spec.resources
+        prices = {p.name: p.price_per_gpu_hour for p in res.pools or []}
+
+        def gpu_seconds(t: TrialStatus) -> float:
+            return R.unflatten_summary(t.summary).seconds_spent * t.gpus
+
+        def at_home_price(t: TrialStatus) -> float:
+            if t.kind == "pool" and t.pool in prices and res.price_per_gpu_hour:
+                return prices[t.pool] / res.price_per_gpu_hour
+            return 1.0
+
+        ran = [t for t in st.trials if t.kind != "baseline" and t.summary]
+        spent = sum(gpu_seconds(t) * at_home_price(t) for t in ran)
+        pool_spent = sum(gpu_seconds(t) for t in ran if t.kind == "pool")
         base = st.baseline
         base_gs = (base.step_seconds or 0.0) * (base.gpus or 0) if base else 0.0
         pick_gs = st.best.gpu_seconds_per_step if st.best else base_gs
         c = tuning_cost(spent, base_gs, pick_gs, self.spec.budget.planned_steps)
         st.tuning_cost = TuningCostStatus(
             trial_gpu_hours=round(c.trial_gpu_hours, 3),
+            pool_trial_gpu_hours=round(pool_spent / 3600.0, 3) if pool_spent else None,
             saved_gpu_hours=round(c.saved_gpu_hours, 3),
             planned_steps=c.planned_steps,
             share=round(c.share, 4) if c.share is not None else None,
