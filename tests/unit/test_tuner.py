@@ -11,6 +11,7 @@ from test_tuner_fixtures import job, steps
 
 from rltune.api.status import FailureCause, TrialState
 from rltune.tuner import TrialRecord, Tuner, baseline_record, profile, summarize
+from rltune.tuner.search import noisy_trial_value
 
 PH = {"generation": 420.0, "generation_tail": 300.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
@@ -276,8 +277,6 @@ def test_a_trial_is_costed_with_its_warm_up_as_measured():
 
 
 def test_a_noisy_trial_is_worth_only_what_it_can_resolve():
-    from rltune.tuner.search import noisy_trial_value
-
     spec = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 4, "plannedSteps": 500})
     base, hist = _loop(spec, _truth, n=3)
     t = Tuner(spec, base, hist)

@@ -207,7 +207,8 @@ class Tuner:
         scores; x sqrt(pi/2) when it is scored by the median (summary.ROBUST_MIN_STEPS)."""
         b = self.spec.budget
         n = max(1, b.steps_per_trial - b.warmup_steps)
-        df, ss = float(n - 1 or 1), (n - 1 or 1) * NOISE_SD**2
+        prior_df = float(max(1, n - 1))  # one prior trial's degrees of freedom
+        df, ss = prior_df, prior_df * NOISE_SD**2
         for r in [self.baseline] + self.history:
             s = r.summary
             if s is not None and not s.failed and not s.nan and s.steps >= 2 and s.step_time_mean > 0:
