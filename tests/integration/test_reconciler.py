@@ -45,6 +45,7 @@ from rltune.controller import pods as P
 from rltune.controller import prom
 from rltune.controller.kube import KubeCluster
 from rltune.controller.reconcile import Reconciler
+from rltune.tuner.records import unflatten_summary
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
@@ -666,23 +667,37 @@ def h200_pool(bed):
 def test_a_cheaper_pool_is_measured_on_its_own_nodes(bed, ns, h200_pool):
     """spec.resources.pools: after the search the winner's cheapest forecast in the H200 pool runs as
     one trial there; its pods select the H200 product and the pool's nodeSelector and bind to its
-    nodes, and status.poolOffer carries the measured cost per step against the winner here."""
-    doc = job_doc(bed, maxTrials=2, parallelTrials=1)
+    nodes, and status.poolOffer carries the measured cost per step against the winner here. The
+    winner is confirmed first (the search's stop reason is a SearchEnded event), and
+    status.tuningCost counts the pool trial at its price, its own GPU-hours reported apart."""
+    doc = job_doc(bed, maxTrials=2, parallelTrials=1, confirmSteps=2)
     res = doc["spec"]["resources"]
     res["pricePerGpuHour"] = 6.0
     res["pools"] = [
         {"name": "h200", "gpuType": "H200", "pricePerGpuHour": 0.5, "nodeSelector": {"rltune.io/pool": h200_pool}}
     ]
     ledger = PodLedger(bed, ns)
+    events = Events()
     create_job(bed, ns, doc)
-    st = drive(bed, ns, "tune", timeout=180)
+    st = drive(bed, ns, "tune", timeout=240, events=events)
     ledger.stop()
     assert st["phase"] == "Succeeded", json.dumps(st, indent=1)[:3000]
+    assert events.reasons()["SearchEnded"] == 1, events
+    assert [t["kind"] for t in st["trials"]].count("confirm") == 1 and st["best"]["confirmed"], st["trials"]
     pool = [t for t in st["trials"] if t["kind"] == "pool"]
     assert len(pool) == 1 and pool[0]["pool"] == "h200" and pool[0]["state"] == "Succeeded", pool
     po = st["poolOffer"]
     assert po["trial"] == pool[0]["id"] and po["gpuType"] == "H200" and po["measuredSeconds"] > 0, po
     assert po["measuredCostPerStep"] == pytest.approx(0.5 * pool[0]["gpus"] * po["measuredSeconds"] / 3600, rel=1e-3)
+
+    def gpu_hours(t) -> float:
+        return unflatten_summary(t["summary"]).seconds_spent * t["gpus"] / 3600
+
+    here = sum(gpu_hours(t) for t in st["trials"] if t["kind"] not in ("baseline", "pool") and t.get("summary"))
+    tc = st["tuningCost"]
+    assert tc["poolTrialGpuHours"] == pytest.approx(gpu_hours(pool[0]), abs=1e-3) and tc["poolTrialGpuHours"] > 0
+    # the H200 hours at 0.5 per GPU-hour count as 0.5/6 of as many hours here
+    assert tc["trialGpuHours"] == pytest.approx(here + gpu_hours(pool[0]) * 0.5 / 6.0, abs=2e-3), tc
     pods = [p for n, p in ledger.pods.items() if n.startswith(P.pod_name("tune", pool[0]["id"], 0)[:-1])]
     assert pods and all(p.spec.node_name and p.spec.node_name.startswith(h200_pool) for p in pods), [
         (p.metadata.name, p.spec.node_name) for p in pods
