@@ -1,6 +1,6 @@
 """Tuner benchmark: rltune vs five rivals vs the exhaustive oracle, on two job sets (docs/benchmark.md).
 
-    python -m bench.run [--set seed|generated|both] [--jobs NAME,...] [--seeds 10] [--gen-seeds 3]
+    python -m bench.run [--set seed|generated|both] [--jobs NAME,...] [--seeds 10] [--gen-seeds 10]
 
 Two job sets (bench/jobs.py): the eight seed-shaped jobs and a generated set drawn with a fixed
 seed from scenario families the eight do not cover. For each job, side by side:
@@ -701,7 +701,7 @@ def main(argv=None) -> int:
     ap.add_argument("--set", choices=["seed", "generated", "both"], default="both", help="which job set(s)")
     ap.add_argument("--jobs", help="comma-separated job names (default: the whole set)")
     ap.add_argument("--seeds", type=int, default=10, help="seeds per job of the seed-shaped set")
-    ap.add_argument("--gen-seeds", type=int, default=3, help="seeds per job of the generated set")
+    ap.add_argument("--gen-seeds", type=int, default=10, help="seeds per job of the generated set")
     ap.add_argument("--budgets", default="4,8,16")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmark.md")
     ap.add_argument("--json-dir", default=str(ROOT / "bench"))
