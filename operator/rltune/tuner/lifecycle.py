@@ -837,15 +837,13 @@ class _Lifecycle:
         GPU-hours, and its own GPU-hours are reported apart."""
         st = self.status
         res = self.spec.resources
-        prices = {p.name: p.price_per_gpu_hour for p in res.pools or []}
 
         def gpu_seconds(t: TrialStatus) -> float:
             return R.unflatten_summary(t.summary).seconds_spent * t.gpus
 
         def at_home_price(t: TrialStatus) -> float:
-            if t.kind == "pool" and t.pool in prices and res.price_per_gpu_hour:
-                return prices[t.pool] / res.price_per_gpu_hour
-            return 1.0
+            pool = res.pool(t.pool) if t.kind == "pool" else None
+            return pool.price_per_gpu_hour / res.price_per_gpu_hour if pool and res.price_per_gpu_hour else 1.0
 
         ran = [t for t in st.trials if t.kind != "baseline" and t.summary]
         spent = sum(gpu_seconds(t) * at_home_price(t) for t in ran)
