@@ -1,6 +1,6 @@
 """Empirical-Bayes check of the forecaster's per-knob prior sds, on the seed set only.
 
-    python -m bench.priors [--configs 120] [--json FILE]
+    python -m bench.priors [--configs 120] [--procs 2] [--cache FILE] [--json FILE]
 
 The forecaster corrects the physics per phase with a Bayesian linear regression on knob-value
 indicators (rltune.tuner.forecast._BLR); each knob's prior sd (rltune.tuner.knobs CATALOG
@@ -12,7 +12,7 @@ of the job's space (exactly the summaries the tuner would see), builds the regre
 forecaster builds, and maximises over the per-knob sds the marginal likelihood of the observed
 log residuals, summed over jobs and over the phases of each side (type-II maximum likelihood: the
 corrections themselves are integrated out, one independent draw per job). It prints the fitted sd
-next to the catalog's per knob and side.
+and its 95% profile-likelihood upper bound next to the catalog's, per knob and side.
 
 Never run on the generated set: that set is reserved to judge the constants (docs/benchmark.md).
 """
@@ -54,15 +54,14 @@ def job_regressions(job: dict, n: int, seed: int = 0) -> list[dict]:
         s, _ = rn.run(rn.space.config(k), f"eb{i}", 10_000 + i)
         if s is not None and not s.failed and s.steps > 0:
             obs.append((rn.space.config(k), s))
-    captured = []
     real = forecast._BLR
 
     class Capture(real):
+        """_BLR that keeps its inputs: the design is rebuilt from the rows the forecaster passed."""
+
         def __init__(self, rows, y, knobs, base_f, sd, sd0, noise=forecast.NOISE_SD):
             super().__init__(rows, y, knobs, base_f, sd, sd0, noise)
-            if isinstance(sd, dict):  # a phase correction (the step-level one has a scalar prior)
-                captured.append((self, np.asarray(y), np.broadcast_to(np.asarray(noise, dtype=float), (len(rows),))))
-            self._rows = rows
+            self.inputs = rows, np.asarray(y), np.broadcast_to(np.asarray(noise, dtype=float), (len(rows),))
 
     forecast._BLR = Capture
     try:
@@ -70,18 +69,14 @@ def job_regressions(job: dict, n: int, seed: int = 0) -> list[dict]:
     finally:
         forecast._BLR = real
     out = []
-    for p, blr in fc.corrections.items():
-        match = [c for c in captured if c[0] is blr]
-        if not match:
-            continue
-        _, y, noise = match[0]
-        X = blr._x(blr._rows)
+    for p, blr in fc.corrections.items():  # the phase corrections (the step-level one is not among them)
+        rows, y, noise = blr.inputs
         out.append(
             {
                 "job": name,
                 "phase": p,
                 "side": forecast.SIDE[p],
-                "X": X,
+                "X": blr._x(rows),
                 "knob": [c[0] for c in blr.cols],
                 "y": y,
                 "noise": noise,
@@ -96,7 +91,7 @@ def loglik(reg: dict, sds: dict[str, float], sd0: float) -> float:
     X, y = reg["X"], reg["y"]
     d = np.array([sd0**2] + [sds[k] ** 2 for k in reg["knob"]])
     C = (X * d) @ X.T + np.diag(reg["noise"] ** 2)
-    sign, logdet = np.linalg.slogdet(C)
+    _, logdet = np.linalg.slogdet(C)
     return -0.5 * (float(y @ np.linalg.solve(C, y)) + logdet)
 
 
@@ -121,7 +116,7 @@ def fit_side(regs: list[dict], start: dict[str, float], sd0: float, sweeps: int 
         moved = False
         for k in knobs:
             best = max(GRID, key=lambda g: sum(loglik(r, sds | {k: g}, sd0) for r in regs))
-            moved |= abs(best - sds.get(k, forecast.PRIOR_SD)) > 1e-9
+            moved |= abs(best - sds[k]) > 1e-9
             sds[k] = float(best)
         if not moved:
             break
