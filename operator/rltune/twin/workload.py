@@ -22,16 +22,20 @@ from .efficiency import Efficiency
 _FIXED_PERM_SEED = 20240611
 
 
-def _std_normal(n: int, rng: Optional[np.random.Generator]) -> np.ndarray:
+def _std_normal(n: int, rng: Optional[np.random.Generator], stream: int = 0) -> np.ndarray:
+    """n standard normal draws; without a generator, the deterministic quantiles of N(0,1) in a
+    fixed shuffled order. `stream` picks the order: draws that are independent in the noisy twin
+    (an agentic turn's generation, observation and tool latency: arrays of the same length) need
+    orders of their own, or the noiseless sample makes them comonotone (the longest generations
+    meet the longest observations, more episodes hit the context limit, the tail thins)."""
     if rng is None:
-        # Deterministic quantiles of N(0,1) in a fixed shuffled order.
         from statistics import NormalDist
 
         q = (np.arange(n) + 0.5) / n
         nd = NormalDist()
         z = np.array([nd.inv_cdf(float(x)) for x in q]) if n <= 64 else _fast_probit(q)
-        perm = np.random.default_rng(_FIXED_PERM_SEED + n).permutation(n)
-        return z[perm]
+        seed = _FIXED_PERM_SEED + n if stream == 0 else [_FIXED_PERM_SEED + n, stream]
+        return z[np.random.default_rng(seed).permutation(n)]
     return rng.standard_normal(n)
 
 
@@ -84,11 +88,14 @@ def _fast_probit(q: np.ndarray) -> np.ndarray:
     return out
 
 
-def lognormal(n: int, mean: float, cv: float, lo: float, hi: float, rng: Optional[np.random.Generator]) -> np.ndarray:
-    """n lognormal draws with the given (unclipped) mean and CV, clipped to [lo, hi], as ints."""
+def lognormal(
+    n: int, mean: float, cv: float, lo: float, hi: float, rng: Optional[np.random.Generator], stream: int = 0
+) -> np.ndarray:
+    """n lognormal draws with the given (unclipped) mean and CV, clipped to [lo, hi], as ints
+    (`stream`: see _std_normal)."""
     s2 = math.log1p(cv * cv)
     mu = math.log(max(mean, 1.0)) - s2 / 2
-    x = np.exp(mu + math.sqrt(s2) * _std_normal(n, rng))
+    x = np.exp(mu + math.sqrt(s2) * _std_normal(n, rng, stream))
     return np.clip(np.rint(x), lo, hi).astype(np.int64)
 
 
@@ -135,11 +142,11 @@ def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Gen
     total = int(turns.sum())
     per_turn_mean = mean / turns_mean
     gens = lognormal(total, per_turn_mean, cv, 1, task.max_response_tokens, rng)
-    obs = lognormal(total, eff.obs_tokens, 1.0, 0, limit, rng)
+    obs = lognormal(total, eff.obs_tokens, 1.0, 0, limit, rng, stream=1)
     tools = np.zeros(total)
     if tool_mean > 0:
         s2 = math.log1p(eff.tool_cv**2)
-        z = _std_normal(total, rng)
+        z = _std_normal(total, rng, stream=2)
         tools = np.exp(math.log(tool_mean) - s2 / 2 + math.sqrt(s2) * z)
     tg, to, tt = _truncate_episodes(prompt, turns, gens, obs, tools, task.max_response_tokens, limit)
     return Episodes(prompt=prompt, turn_gen=tg, turn_obs=to, turn_tool=tt, multi=True)
