@@ -3,6 +3,7 @@
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 from bench.jobs import CODING  # the benchmark's agentic task: 30 turns, 20k mean, 65k max response
 from test_tuner_fixtures import job, steps
@@ -373,6 +374,19 @@ def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
         physics.breakdown(fc.model, uncut_tf, "B300", 8, c.flat(), 56).phases["generation"]
         for c in (spec.baseline, small)
     ]
-    truth = twin[1].phases["generation"] / twin[0].phases["generation"]
+    # the twin's measure is its expectation over workloads (8 noisy steps each, common seeds): one
+    # deterministic sample misstates a synchronous step's longest episode (docs/benchmark.md, "The yardstick")
+    gen = [
+        np.mean(
+            [
+                simulate_one_step(
+                    make_plan(w.model.resolved(), w.task, "B300", 8, c), np.random.default_rng([5, i])
+                ).phases["generation"]
+                for i in range(8)
+            ]
+        )
+        for c in (spec.baseline, small)
+    ]
+    truth = gen[1] / gen[0]
     assert abs(cut[1] / cut[0] - truth) < 0.1 * truth
     assert abs(uncut[1] / uncut[0] - truth) > 0.2 * truth
