@@ -33,6 +33,7 @@ from bench.run import Runner, measured_baseline, oracle, select_jobs  # noqa: E4
 from rltune import twin  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec  # noqa: E402
 from rltune.tuner import Tuner  # noqa: E402
+from rltune.tuner.search import flat_key  # noqa: E402
 from rltune.twin.core import make_plan, simulate_one_step  # noqa: E402
 
 SEED = 4242  # common random numbers: sample i of every contender uses seed [SEED, i]
@@ -111,7 +112,7 @@ def contenders(name: str, spec: RLTuningJobSpec, top: int) -> tuple[Runner, list
         out.append((f"plan#{i + 1}", p.config))
     seen, uniq = set(), []
     for label, cfg in out:
-        key = json.dumps(cfg.flat(), sort_keys=True, default=str)
+        key = flat_key(cfg.flat(), rn.space.budget, rn.space.gpn)
         if key not in seen:
             seen.add(key)
             uniq.append((label, cfg))

@@ -248,18 +248,6 @@ def test_episode_cut_in_bulk_matches_the_turn_by_turn_rule(budget0, limit):
     assert cut > 0 or budget0 > 60000  # the tight cases do cut episodes
 
 
-AGENTIC = TaskSpec(
-    kind="agentic-coding",
-    promptsPerStep=64,
-    samplesPerPrompt=8,
-    maxPromptTokens=4096,
-    maxResponseTokens=65536,
-    meanResponseTokens=32000,
-    responseLengthCv=0.8,
-    turns=30,
-)
-
-
 def _ranks(x):
     import numpy as np
 
@@ -271,12 +259,14 @@ def test_noiseless_agentic_draws_are_independent_per_turn_as_in_the_noisy_twin()
     shared order they came out comonotone (rank correlation 1), cut more episodes at the context limit
     and thinned the tail the synchronous step waits for (docs/benchmark.md, "The yardstick")."""
     import numpy as np
+    from bench.jobs import CODING
 
     from rltune.twin.efficiency import efficiency
     from rltune.twin.workload import sample_episodes
 
+    task = TaskSpec.model_validate(CODING)  # the benchmark's agentic task
     eff = efficiency("B300")
-    ep = sample_episodes(AGENTIC, eff, None)
+    ep = sample_episodes(task, eff, None)
     clean = [i for i, g in enumerate(ep.turn_gen) if len(g) > 1]  # episodes with whole turns
     g = [x for i in clean for x in ep.turn_gen[i][:-1]]
     o = [x for i in clean for x in ep.turn_obs[i][:-1]]
@@ -288,5 +278,5 @@ def test_noiseless_agentic_draws_are_independent_per_turn_as_in_the_noisy_twin()
     def p99(e):
         return float(np.percentile([sum(x) for x in e.turn_gen], 99))
 
-    rand = [p99(sample_episodes(AGENTIC, eff, np.random.default_rng(s))) for s in range(8)]
+    rand = [p99(sample_episodes(task, eff, np.random.default_rng(s))) for s in range(8)]
     assert p99(ep) == pytest.approx(float(np.mean(rand)), rel=0.1)
