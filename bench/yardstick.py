@@ -2,14 +2,14 @@
 
     python -m bench.yardstick [--set seed|generated|both] [--jobs NAME,...] [--samples 12] [--top 4]
 
-bench.run judges every pick, and the oracle, by the twin's noiseless step time (simulate_step_time:
-one deterministic workload sample, no speed noise, no stragglers). A production run averages noisy
-steps over fresh workloads. This measures, per job, for the contenders that decide the table (the
-baseline, the oracle's pick and `rltune plan`'s top-k), the noiseless step against the mean of
-`--samples` noisy steady steps (fresh workload, noise and stragglers on; the same seeds for every
-contender: common random numbers), and whether the two yardsticks name the same best contender.
-Nothing here feeds the tuner or chooses a constant: it says how far the table's ranking can be
-trusted.
+bench.run's exhaustive oracle search uses the twin's noiseless step time (simulate_step_time: one
+deterministic workload sample, no speed noise, no stragglers); a production run averages noisy steps
+over fresh workloads, which is the yardstick bench.run judges picks by since 2026-12-03
+(bench.run.expected_steps). This measures, per job, for the contenders that decide the table (the
+baseline, the noiseless oracle's pick and `rltune plan`'s top-k), the noiseless step against the mean
+of `--samples` noisy steady steps (common random numbers), and whether the two yardsticks name the
+same best contender: how far the noiseless search that shortlists the oracle can be trusted.
+Nothing here feeds the tuner or chooses a constant.
 """
 
 from __future__ import annotations
@@ -27,16 +27,10 @@ from typing import Optional
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-import numpy as np  # noqa: E402
-
-from bench.run import Runner, measured_baseline, oracle, select_jobs  # noqa: E402
-from rltune import twin  # noqa: E402
+from bench.run import Runner, expected_steps, measured_baseline, oracle, select_jobs  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec  # noqa: E402
 from rltune.tuner import Tuner  # noqa: E402
 from rltune.tuner.search import flat_key  # noqa: E402
-from rltune.twin.core import make_plan, simulate_one_step  # noqa: E402
-
-SEED = 4242  # common random numbers: sample i of every contender uses seed [SEED, i]
 
 
 @dataclass
@@ -86,23 +80,6 @@ class JobYardstick:
         return a.noisy_mean - b.noisy_mean > 2.0 * math.hypot(a.noisy_se, b.noisy_se)
 
 
-def noisy_steps(rn: Runner, cfg: RLConfig, samples: int) -> Optional[list[float]]:
-    """`samples` noisy steady steps of a configuration (fresh workload each), None if infeasible."""
-    sp = rn.spec
-    try:
-        p = make_plan(
-            sp.workload.model.resolved(),
-            sp.workload.task,
-            sp.resources.gpu_type,
-            sp.resources.gpus_per_node,
-            cfg,
-            sp.workload.scenario,
-        )
-        return [simulate_one_step(p, np.random.default_rng([SEED, i])).duration for i in range(samples)]
-    except twin.Infeasible:
-        return None
-
-
 def contenders(name: str, spec: RLTuningJobSpec, top: int) -> tuple[Runner, list[tuple[str, RLConfig]]]:
     """The configurations that decide a job's row: baseline, oracle pick, plan's top-k (distinct)."""
     rn, base = measured_baseline(name, spec)
@@ -125,8 +102,8 @@ def measure_job(job: dict, samples: int, top: int) -> JobYardstick:
     rn, cands = contenders(name, spec, top)
     rows = []
     for label, cfg in cands:
-        t = rn.true(cfg)
-        steps = noisy_steps(rn, cfg, samples)
+        t = rn.noiseless(cfg)
+        steps = expected_steps(rn.spec, cfg, samples)
         if t is None or not steps:
             continue
         se = statistics.stdev(steps) / math.sqrt(len(steps)) if len(steps) > 1 else float("nan")

@@ -7,7 +7,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.yardstick import Contender, JobYardstick, measure_job, noisy_steps  # noqa: E402
+from bench.run import expected_steps  # noqa: E402
+from bench.yardstick import Contender, JobYardstick, measure_job  # noqa: E402
 
 
 def _job(*rows: tuple[str, float, float, float]) -> JobYardstick:
@@ -47,6 +48,21 @@ def test_a_real_job_measures_both_yardsticks_with_common_random_numbers():
 
 
 def test_an_infeasible_configuration_has_no_noisy_steps():
+    from bench.run import select_jobs
+
+    from rltune.api.models import RLTuningJobSpec
+
+    job = select_jobs("gen-07-qwen3-30b-a3b-gb200-math", "generated")[0]
+    spec = RLTuningJobSpec.model_validate(job["spec"])
+    cfg = spec.baseline.model_copy(
+        update={"rollout": spec.baseline.rollout.model_copy(update={"gpu_memory_utilization": 0.99})}
+    )
+    assert expected_steps(spec, cfg, 2) is None
+
+
+def test_bench_run_judges_by_the_mean_of_common_random_noisy_steps():
+    import statistics
+
     from bench.run import Runner, select_jobs
 
     from rltune.api.models import RLTuningJobSpec
@@ -54,7 +70,21 @@ def test_an_infeasible_configuration_has_no_noisy_steps():
     job = select_jobs("gen-07-qwen3-30b-a3b-gb200-math", "generated")[0]
     spec = RLTuningJobSpec.model_validate(job["spec"])
     rn = Runner("t", spec)
-    cfg = spec.baseline.model_copy(
-        update={"rollout": spec.baseline.rollout.model_copy(update={"gpu_memory_utilization": 0.99})}
-    )
-    assert noisy_steps(rn, cfg, 2) is None
+    a, b = expected_steps(spec, spec.baseline, 4), expected_steps(spec, spec.baseline, 4)
+    assert a == b and len(set(a)) == 4  # fresh workload per sample, the same samples for every call
+    objective, step = rn.true(spec.baseline)
+    assert step == pytest.approx(statistics.fmean(expected_steps(spec, spec.baseline)))
+    assert step != pytest.approx(rn.noiseless(spec.baseline)[1], rel=1e-6)
+    assert rn.best_judged() == (objective, spec.baseline)
+
+
+def test_the_benchmark_oracle_is_never_beaten_by_a_pick_and_picks_are_kept():
+    from bench.run import bench_job, select_jobs
+
+    job = select_jobs("gen-03-qwen2.5-7b-gb200-math", "generated")[0]
+    r = bench_job(job, seeds=1, budgets=[2, 4], log=lambda s: None, oracle_procs=1, methods=("rltune", "random"))
+    for m in r["methods"].values():
+        assert all(s <= r["oracle_speedup"] + 1e-12 for s in m["speedup"].values())
+        assert [len(p) for p in m["picks"].values()] == [1, 1]
+    assert r["oracle_speedup"] > 1.0 and r["oracle_noiseless_speedup"] > 1.0
+    assert r["baseline"] != pytest.approx(r["baseline_noiseless"], rel=1e-6)
