@@ -64,12 +64,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from bench.jobs import jobs as bench_jobs  # noqa: E402
+from bench.run import job_plan  # noqa: E402
 from rltune import twin  # noqa: E402
 from rltune.api.metrics import StepRecord  # noqa: E402
 from rltune.api.models import RLTuningJobSpec, trial_spec_for  # noqa: E402
 from rltune.tuner import baseline_record, records, summarize  # noqa: E402
 from rltune.tuner import gates as G  # noqa: E402
-from rltune.twin.core import _quality, make_plan, simulate_one_step  # noqa: E402
+from rltune.twin.core import _quality, simulate_one_step  # noqa: E402
 
 BUDGETS = ((4, 1), (6, 1), (11, 1))
 DROPS = tuple(k / 4 for k in range(1, 17))  # 0.25 .. 4 x tolerance
@@ -120,14 +121,7 @@ class QualityTrials:
 
     def __init__(self, spec: RLTuningJobSpec, cfg, steps: int, warmup: int):
         self.spec, self.cfg, self.steps, self.warmup = spec, cfg, steps, warmup
-        self.plan = make_plan(
-            spec.workload.model.resolved(),
-            spec.workload.task,
-            spec.resources.gpu_type,
-            spec.resources.gpus_per_node,
-            cfg,
-            spec.workload.scenario,
-        )
+        self.plan = job_plan(spec, cfg)
         warm = simulate_one_step(self.plan, None, warmup=True)
         steady = simulate_one_step(self.plan, None, warmup=False)
         self.template = []

@@ -116,18 +116,23 @@ def _true(k: dict):
     return objective_of(spec, st, cfg.gpus), st
 
 
+def job_plan(spec: RLTuningJobSpec, cfg: RLConfig):
+    """The twin's plan of one configuration of a job (raises twin.Infeasible)."""
+    return make_plan(
+        spec.workload.model.resolved(),
+        spec.workload.task,
+        spec.resources.gpu_type,
+        spec.resources.gpus_per_node,
+        cfg,
+        spec.workload.scenario,
+    )
+
+
 def expected_steps(spec: RLTuningJobSpec, cfg: RLConfig, samples: int = EXPECT_SAMPLES) -> Optional[list[float]]:
     """`samples` noisy steady steps of a configuration (fresh workload each, common random numbers
     across configurations), None if the twin refuses it."""
     try:
-        p = make_plan(
-            spec.workload.model.resolved(),
-            spec.workload.task,
-            spec.resources.gpu_type,
-            spec.resources.gpus_per_node,
-            cfg,
-            spec.workload.scenario,
-        )
+        p = job_plan(spec, cfg)
         return [simulate_one_step(p, np.random.default_rng([EXPECT_SEED, i])).duration for i in range(samples)]
     except twin.Infeasible:
         return None
