@@ -443,8 +443,9 @@ class _FakeProp:
 
 
 def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float, float]:
-    """(true objective, trial GPU-hours, true GPU-seconds per step) of a method's pick after its
-    first k trials; the baseline when nothing it measured beat the baseline."""
+    """(objective, trial GPU-hours, GPU-seconds per step) of a method's pick after its first k
+    trials, objective and GPU-seconds on the yardstick (Runner.true); the baseline when nothing it
+    measured beat the baseline."""
     gpu_h = sum(r.summary.seconds_spent * r.gpus for r in hist[:k] if r.summary is not None) / 3600
 
     def gpu_s(rec, t):
@@ -510,13 +511,14 @@ def bench_job(
     judge_tuner = Tuner(spec, base, [])
     prof = judge_tuner.profile()
     kmax = max(budgets)
-    for c in orc["shortlist"]:  # judged first, so that the methods' picks share their cache
+    for c in orc["shortlist"]:  # the oracle's candidates on the yardstick (rn.best_judged below)
         rn.true(RLConfig.model_validate(c))
+    base_noiseless = rn.noiseless(base.config)[0]
     res = {
         "job": name,
         "baseline": base_true,
-        "baseline_noiseless": rn.noiseless(base.config)[0],
-        "oracle_noiseless_speedup": rn.noiseless(base.config)[0] / orc["objective"],
+        "baseline_noiseless": base_noiseless,
+        "oracle_noiseless_speedup": base_noiseless / orc["objective"],
         "configs": orc["configs"],
         "bottleneck": prof.bottleneck if prof else "",
         "objective": spec.objective,
