@@ -500,7 +500,13 @@ def bench_job(
     log=print,
     oracle_procs: int = 2,
     methods: tuple = METHODS,
+    keep: Optional[dict] = None,
 ) -> dict:
+    """One job: its oracle, baseline and every method in `methods` over `seeds` seeds at each budget.
+
+    `keep`: this job's previous result, whose methods not in `methods` are carried over unrun
+    (`--merge`). Their picks are re-judged on the yardstick so the oracle is what a full run would
+    find; a previous result whose baseline no longer matches (the twin or the job changed) is refused."""
     name = job["metadata"]["name"]
     spec = RLTuningJobSpec.model_validate(job["spec"])
     t0 = time.time()
@@ -525,6 +531,21 @@ def bench_job(
         "methods": {},
     }
     base_gpu_s = rn.true(base.config)[1] * (base.config.gpus or spec.resources.gpu_budget)
+    if keep is not None and abs(keep["baseline"] / base_true - 1) > 1e-9:
+        raise ValueError(
+            f"{name}: the previous result's baseline {keep['baseline']:.2f} s is not this run's "
+            f"{base_true:.2f} s (the twin or the job changed): rerun every method, without --merge"
+        )
+    for method, m in (keep["methods"] if keep else {}).items():
+        if method in methods:
+            continue
+        if "picks" not in m:
+            raise ValueError(f"{name}: the previous {method} result has no picks to re-judge: rerun it")
+        for cfgs in m["picks"].values():
+            for c in cfgs:
+                rn.true(RLConfig.model_validate(c))
+        res["methods"][method] = m
+        log(f"  {method:7s} kept from the previous run")
     for method in methods:
         per_k = {k: [] for k in budgets}
         gpuh = {k: [] for k in budgets}
@@ -567,6 +588,7 @@ def bench_job(
             + (f"  ferr {m['forecast_error']:.1%}" if m["forecast_error"] is not None else "")
             + f"  trials {m['trials_used']}"
         )
+    res["methods"] = {m: res["methods"][m] for m in METHODS if m in res["methods"]}
     # The oracle on the yardstick: the best expectation over the exhaustive search's shortlist and
     # every configuration a method picked, so no method can beat it by the yardstick's own noise.
     best, cfg = rn.best_judged()
@@ -588,7 +610,7 @@ def _median_cost(costs: list[dict]) -> dict:
     return out
 
 
-def _bench_job_quiet(job, seeds, budgets, methods):
+def _bench_job_quiet(job, seeds, budgets, methods, keep=None):
     lines: list[str] = []
 
     def log(s):
@@ -596,7 +618,7 @@ def _bench_job_quiet(job, seeds, budgets, methods):
         print(s, flush=True)
 
     try:
-        r = bench_job(job, seeds, budgets, log=log, oracle_procs=1, methods=methods)
+        r = bench_job(job, seeds, budgets, log=log, oracle_procs=1, methods=methods, keep=keep)
     except Exception as e:  # one broken job must not sink the run
         log(f"{job['metadata']['name']}: FAILED: {type(e).__name__}: {e}")
         return {"job": job["metadata"]["name"], "error": str(e), "log": lines}
@@ -749,21 +771,47 @@ def _int_keys(res: list[dict]) -> list[dict]:
     return res
 
 
-def run_set(todo: list[dict], seeds: int, budgets: list[int], methods: tuple, procs: int) -> list[dict]:
+def run_set(
+    todo: list[dict], seeds: int, budgets: list[int], methods: tuple, procs: int, keep: Optional[dict] = None
+) -> list[dict]:
     """Benchmark jobs, `procs` at a time (one job per process, slowest first; each job's oracle
-    then runs single-process); results in the jobs' order."""
+    then runs single-process); results in the jobs' order. `keep`: previous results by job name,
+    whose other methods are carried over (bench_job)."""
+    keep = keep or {}
     if procs > 1 and len(todo) > 1:
         order = {j["metadata"]["name"]: i for i, j in enumerate(todo)}
         todo = sorted(todo, key=lambda j: j["spec"]["workload"]["task"]["kind"] != "agentic-coding")
         ctx = mp.get_context("fork")
         with ctx.Pool(procs) as pool:
-            res = pool.starmap(_bench_job_quiet, [(j, seeds, budgets, methods) for j in todo])
+            args = [(j, seeds, budgets, methods, keep.get(j["metadata"]["name"])) for j in todo]
+            res = pool.starmap(_bench_job_quiet, args)
         results = sorted(res, key=lambda r: order[r["job"]])
         print("\n---- per job ----")
         for r in results:
             print("\n".join(r.pop("log")))
         return [r for r in results if "error" not in r]
-    return [bench_job(j, seeds, budgets, log=lambda s: print(s, flush=True), methods=methods) for j in todo]
+    log = lambda s: print(s, flush=True)  # noqa: E731
+    return [bench_job(j, seeds, budgets, log=log, methods=methods, keep=keep.get(j["metadata"]["name"])) for j in todo]
+
+
+def merge_set(path: Path, todo: list[dict], seeds: int, budgets: list[int], methods: tuple, procs: int) -> list[dict]:
+    """Rerun `methods` on the jobs in `todo` and merge them into the results stored at `path`
+    (every other method and job kept; see bench_job's `keep`). Refuses, writing nothing, when a job
+    is missing from the file, was run with other seeds or budgets, or fails now."""
+    old = {r["job"]: r for r in _int_keys(json.loads(path.read_text()))}
+    for j in todo:
+        r = old.get(j["metadata"]["name"])
+        if r is None:
+            raise SystemExit(f"--merge: {j['metadata']['name']} is not in {path}; run it without --merge")
+        for m in r["methods"].values():
+            if sorted(m["speedup_all"]) != sorted(budgets) or any(len(v) != seeds for v in m["speedup_all"].values()):
+                raise SystemExit(f"--merge: {r['job']} in {path} was run with other budgets or seeds")
+    print(f"==== merging {', '.join(methods)} into {path} ({len(todo)} jobs, {seeds} seeds)", flush=True)
+    new = run_set(todo, seeds, budgets, methods, procs, keep=old)
+    if len(new) != len(todo):
+        raise SystemExit(f"--merge: {len(todo) - len(new)} jobs failed (above); {path} is left as it was")
+    old.update({r["job"]: r for r in new})
+    return list(old.values())
 
 
 SETS = {
@@ -784,10 +832,18 @@ def main(argv=None) -> int:
     ap.add_argument("--procs", type=int, default=2, help="jobs benchmarked in parallel (processes)")
     ap.add_argument("--from-json", action="store_true", help="only re-render docs/benchmark.md from the JSONs")
     ap.add_argument("--methods", default=",".join(METHODS), help="methods to run (a subset is not written)")
+    ap.add_argument(
+        "--merge",
+        action="store_true",
+        help="rerun only --methods (and --jobs) and keep every other method and job from the JSON in "
+        "--json-dir; the oracle is re-judged over all picks, so the result is what a full run gives",
+    )
     args = ap.parse_args(argv)
     budgets = [int(x) for x in args.budgets.split(",")]
     methods = tuple(args.methods.split(","))
-    if set(methods) != set(METHODS) or args.jobs:
+    if unknown := set(methods) - set(METHODS):
+        ap.error(f"--methods: unknown {sorted(unknown)}; choose from {', '.join(METHODS)}")
+    if (set(methods) != set(METHODS) or args.jobs) and not args.merge:
         args.no_write = True
     sets = ["seed", "generated"] if args.set == "both" else [args.set]
     t0 = time.time()
@@ -797,14 +853,19 @@ def main(argv=None) -> int:
         path = Path(args.json_dir) / fname
         if args.from_json:
             results = _int_keys(json.loads(path.read_text()))
+        elif args.merge:
+            results = merge_set(path, select_jobs(args.jobs, name), seeds, budgets, methods, args.procs)
+            print(f"{name}: {time.time() - t0:.0f} s so far", flush=True)
+            path.write_text(json.dumps(results, indent=1, default=str))
         else:
             print(f"==== {title}: {seeds} seeds, methods {', '.join(methods)}", flush=True)
             results = run_set(select_jobs(args.jobs, name), seeds, budgets, methods, args.procs)
             print(f"{name}: {time.time() - t0:.0f} s so far", flush=True)
             path.write_text(json.dumps(results, indent=1, default=str))
-        if results and set(methods) == set(METHODS):
+        complete = bool(results) and all(set(r["methods"]) == set(METHODS) for r in results)
+        if complete:
             print("\n".join(render(results, budgets, seeds, title)), flush=True)
-        if not args.no_write and results:
+        if not args.no_write and complete:
             write_markdown(results, budgets, seeds, ROOT / "docs" / "benchmark.md", marker, title)
     print(f"total {time.time() - t0:.0f} s")
     return 0

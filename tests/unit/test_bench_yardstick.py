@@ -88,3 +88,29 @@ def test_the_benchmark_oracle_is_never_beaten_by_a_pick_and_picks_are_kept():
         assert [len(p) for p in m["picks"].values()] == [1, 1]
     assert r["oracle_speedup"] > 1.0 and r["oracle_noiseless_speedup"] > 1.0
     assert r["baseline"] != pytest.approx(r["baseline_noiseless"], rel=1e-6)
+
+
+def test_merge_reruns_one_method_and_reaches_what_a_full_run_gives(tmp_path):
+    import json
+
+    from bench.run import bench_job, merge_set, select_jobs
+
+    job = select_jobs("gen-03-qwen2.5-7b-gb200-math", "generated")[0]
+    kw = dict(seeds=1, budgets=[2, 4], log=lambda s: None, oracle_procs=1)
+    full = bench_job(job, methods=("rltune", "random"), **kw)
+    merged = bench_job(job, methods=("rltune",), keep=full, **kw)
+    assert list(merged["methods"]) == ["rltune", "random"]  # METHODS order, the kept one carried over
+    assert merged["methods"]["random"] is full["methods"]["random"]
+    assert merged["methods"]["rltune"]["picks"] == full["methods"]["rltune"]["picks"]  # seeded: reproducible
+    assert merged["oracle"] == full["oracle"] and merged["oracle_config"] == full["oracle_config"]
+    # a previous result judged on another yardstick (here: a baseline that moved) is refused
+    with pytest.raises(ValueError, match="rerun every method"):
+        bench_job(job, methods=("rltune",), keep=dict(full, baseline=full["baseline"] * 1.01), **kw)
+    # merge_set refuses a file run with other seeds, before running anything, and leaves it alone
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps([full]))
+    with pytest.raises(SystemExit, match="other budgets or seeds"):
+        merge_set(path, [job], 2, [2, 4], ("rltune",), 1)
+    with pytest.raises(SystemExit, match="not in"):
+        merge_set(path, select_jobs("gen-07-qwen3-30b-a3b-gb200-math", "generated"), 1, [2, 4], ("rltune",), 1)
+    assert json.loads(path.read_text())[0]["oracle"] == full["oracle"]
