@@ -15,8 +15,9 @@ seed from scenario families the eight do not cover. For each job, side by side:
   same trial budgets, several seeds; trials run in-process through simulate_trial (noise on) and
   are scored exactly like the operator scores them (rltune.tuner summarize + quality gates;
   rltune's losing trials stop early as the operator stops them). A method's result after k trials is
-  the configuration with the best *measured* objective among its first k gated trials, reported at
-  its objective on the yardstick: what a user would deploy and get.
+  the configuration it would deploy (the rivals: the best *measured* objective among its first k
+  gated trials; rltune: Tuner.best_estimate, as the operator), reported at its objective on the
+  yardstick: what a user would deploy and get.
 The tuner never sees the twin; only this harness does.
 """
 
@@ -26,6 +27,7 @@ import argparse
 import hashlib
 import json
 import multiprocessing as mp
+import os
 import random
 import statistics
 import sys
@@ -152,6 +154,11 @@ def twin_hash() -> str:
     return h.hexdigest()[:12]
 
 
+def yardstick_id(spec: RLTuningJobSpec) -> str:
+    """What a stored yardstick value depends on: the twin, the job and the yardstick's sampling."""
+    return f"{twin.TWIN_VERSION}:{twin_hash()}:{spec_hash(spec)}:{EXPECT_SAMPLES}:{EXPECT_SEED}"
+
+
 def spec_hash(spec: RLTuningJobSpec) -> str:
     return hashlib.sha256(spec.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
 
@@ -204,6 +211,7 @@ class Runner:
         _init(spec.model_dump_json(by_alias=True))
         self.truth: dict = {}
         self.configs: dict = {}
+        self.known: dict = {}  # yardstick values a previous run of the same twin stored (bench_job's keep)
 
     def steps(self, cfg: RLConfig, trial: str, seed: int):
         """All steps of a noisy twin trial (warm-up first), or None and the twin's refusal."""
@@ -221,6 +229,10 @@ class Runner:
         """(objective, step seconds) of a configuration on the yardstick: the mean of the twin's
         noisy steady steps (EXPECT_SAMPLES), memoised; None if the twin refuses it."""
         k = flat_key(cfg.flat(), self.space.budget, self.space.gpn)
+        if k not in self.truth and k in self.known:  # judged by an earlier run of this twin (--merge)
+            self.truth[k] = tuple(self.known[k]) if self.known[k] is not None else None
+            if self.truth[k] is not None:
+                self.configs[k] = cfg
         if k not in self.truth:
             steps = expected_steps(self.spec, cfg)
             if not steps:
@@ -442,30 +454,36 @@ class _FakeProp:
         self.rationale = None
 
 
-def best_after(rn: Runner, base, hist, k: int) -> tuple[float, float, float]:
+def best_after(rn: Runner, base, hist, k: int, pick=None) -> tuple[float, float, float]:
     """(objective, trial GPU-hours, GPU-seconds per step) of a method's pick after its first k
-    trials, objective and GPU-seconds on the yardstick (Runner.true); the baseline when nothing it
-    measured beat the baseline."""
+    trials (`pick`: the record it deploys, pick_after's by default), objective and GPU-seconds on
+    the yardstick (Runner.true)."""
     gpu_h = sum(r.summary.seconds_spent * r.gpus for r in hist[:k] if r.summary is not None) / 3600
-
-    def gpu_s(rec, t):
-        return t[1] * (rec.config.gpus or rn.space.budget)
-
-    b = rn.true(base.config)
-    pick = pick_after(base, hist, k)
-    t = rn.true(pick.config) if pick is not base else None
-    return (t[0], gpu_h, gpu_s(pick, t)) if t else (b[0], gpu_h, gpu_s(base, b))
+    pick = pick_after(base, hist, k) if pick is None else pick
+    t = rn.true(pick.config)
+    if t is None:  # a gated trial the yardstick refuses: cannot happen unless the twin changed
+        pick, t = base, rn.true(base.config)
+    return t[0], gpu_h, t[1] * (pick.config.gpus or rn.space.budget)
 
 
 def pick_after(base, hist, k: int):
     """The record a method would deploy after its first k trials: its best measured gated trial,
-    or the baseline when nothing it measured beat the baseline."""
+    or the baseline when nothing it measured beat the baseline (what Optuna's best_trial gives)."""
     ok = [r for r in hist[:k] if r.state == TrialState.SUCCEEDED and r.objective is not None]
     if not ok:
         return base
     pick = min(ok, key=lambda r: r.objective)
     return base if base.objective is not None and pick.objective >= base.objective else pick
 
+
+def rltune_pick(spec: RLTuningJobSpec, base, hist, k: int):
+    """What rltune deploys after its first k trials: Tuner.best_estimate over them and the baseline."""
+    return Tuner(spec, base, hist[:k]).best_estimate() or base
+
+
+# rltune's pick: "estimate" (Tuner.best_estimate, what the operator deploys) or "measured" (its best
+# measured trial, as the rivals pick). Environment RLTUNE_BENCH_PICK overrides it for an experiment.
+RLTUNE_PICK = os.environ.get("RLTUNE_BENCH_PICK", "estimate")
 
 RUN_STEPS = 500  # the production run the tuning cost is weighed against
 
@@ -513,6 +531,8 @@ def bench_job(
     orc = oracle(name, spec, procs=oracle_procs)
     log(f"{name}: oracle {orc['objective']:.1f} over {orc['feasible']}/{orc['configs']} configs ({orc['seconds']} s)")
     rn, base = measured_baseline(name, spec)
+    if keep is not None and keep.get("yardstick_id") == yardstick_id(spec):
+        rn.known = keep.get("yardstick", {})
     base_true = rn.true(base.config)[0]
     judge_tuner = Tuner(spec, base, [])
     prof = judge_tuner.profile()
@@ -531,6 +551,12 @@ def bench_job(
         "methods": {},
     }
     base_gpu_s = rn.true(base.config)[1] * (base.config.gpus or spec.resources.gpu_budget)
+
+    def pick_of(method: str, hist: list, k: int):
+        if method == "rltune" and RLTUNE_PICK == "estimate":
+            return rltune_pick(spec, base, hist, k)
+        return pick_after(base, hist, k)
+
     if keep is not None and abs(keep["baseline"] / base_true - 1) > 1e-9:
         raise ValueError(
             f"{name}: the previous result's baseline {keep['baseline']:.2f} s is not this run's "
@@ -561,14 +587,14 @@ def bench_job(
                 out = run_baseline_search(rn, base, kmax, sd, method, judge_tuner)
             hist = out["history"]
             used.append(len(hist))
+            chosen = {k: pick_of(method, hist, k) for k in set(budgets) | {len(hist)}}
             for k in budgets:
-                v, g, _ = best_after(rn, base, hist, k)
+                v, g, _ = best_after(rn, base, hist, k, chosen[k])
                 per_k[k].append(base_true / v)
                 gpuh[k].append(g)
-            _, g, pick_gpu_s = best_after(rn, base, hist, len(hist))
+                picks[k].append(chosen[k].config.dump())
+            _, g, pick_gpu_s = best_after(rn, base, hist, len(hist), chosen[len(hist)])
             costs.append(tuning_cost(g, base_gpu_s, pick_gpu_s))
-            for k in budgets:
-                picks[k].append(pick_after(base, hist, k).config.dump())
         res["methods"][method] = {
             "speedup": {k: statistics.median(v) for k, v in per_k.items()},
             "speedup_mean": {k: statistics.fmean(v) for k, v in per_k.items()},
@@ -593,6 +619,7 @@ def bench_job(
     # every configuration a method picked, so no method can beat it by the yardstick's own noise.
     best, cfg = rn.best_judged()
     res["oracle"], res["oracle_speedup"], res["oracle_config"] = best, base_true / best, cfg.dump()
+    res["yardstick_id"], res["yardstick"] = yardstick_id(spec), rn.truth  # what --merge may reuse
     res["seconds"] = round(time.time() - t0, 1)
     log(
         f"  oracle {res['oracle_speedup']:.2f}x (noiseless search {res['oracle_noiseless_speedup']:.2f}x); "

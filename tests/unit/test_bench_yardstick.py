@@ -103,6 +103,13 @@ def test_merge_reruns_one_method_and_reaches_what_a_full_run_gives(tmp_path):
     assert merged["methods"]["random"] is full["methods"]["random"]
     assert merged["methods"]["rltune"]["picks"] == full["methods"]["rltune"]["picks"]  # seeded: reproducible
     assert merged["oracle"] == full["oracle"] and merged["oracle_config"] == full["oracle_config"]
+    # the yardstick values a run stores are reused, not recomputed, when the twin and job are the same
+    stored = json.loads(json.dumps(full))
+    key = next(k for k, v in stored["yardstick"].items() if v is not None and v[0] == full["oracle"])
+    stored["yardstick"][key] = [full["oracle"] * 0.9, stored["yardstick"][key][1]]
+    assert bench_job(job, methods=("rltune",), keep=stored, **kw)["oracle"] == pytest.approx(full["oracle"] * 0.9)
+    stored["yardstick_id"] = "another twin"
+    assert bench_job(job, methods=("rltune",), keep=stored, **kw)["oracle"] == full["oracle"]
     # a previous result judged on another yardstick (here: a baseline that moved) is refused
     with pytest.raises(ValueError, match="rerun every method"):
         bench_job(job, methods=("rltune",), keep=dict(full, baseline=full["baseline"] * 1.01), **kw)

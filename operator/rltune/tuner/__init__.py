@@ -6,6 +6,7 @@ Tuner(spec, baseline: TrialRecord, history: list[TrialRecord])
     .propose(n, gpus_free) -> list[Proposal]     .judge(record, summary) -> TrialRecord
     .early_stop(partial_steps, gpus=None) -> bool .done() -> (bool, reason)
     .best() -> TrialRecord | None                 .forecast_error() -> float | None
+    .best_estimate() -> TrialRecord | None        (what is deployed: measurements weighed against forecasts)
     .forecast_trials() -> list[TrialRecord]      (the trials forecast_error is measured on)
 baseline_record(spec, summary=None) -> TrialRecord
 """

@@ -92,9 +92,9 @@ class Tuner:
         self.budget = spec.resources.gpu_budget
         self.gpn = spec.resources.gpus_per_node
         self.space = Space(spec)
-        obs = []
+        self._obs: list[TrialRecord] = []  # the measurements the forecaster calibrates on
         if baseline.summary is not None and not baseline.summary.failed:
-            obs.append((baseline.config, baseline.summary))
+            self._obs.append(baseline)
         for r in self.history:
             if (
                 r.summary is not None
@@ -103,9 +103,9 @@ class Tuner:
                 and r.summary.step_time_mean > 0
                 and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED, TrialState.STOPPED)
             ):
-                obs.append((r.config, r.summary))
-        ooms = [(r.config, r.reason) for r in self.history if r.cause == FailureCause.OUT_OF_MEMORY]
-        self.forecaster = Forecaster(spec, obs, ooms)
+                self._obs.append(r)
+        self._ooms = [(r.config, r.reason) for r in self.history if r.cause == FailureCause.OUT_OF_MEMORY]
+        self.forecaster = Forecaster(spec, [(r.config, r.summary) for r in self._obs], self._ooms)
         self.tried = {flat_key(r.config.flat(), self.budget, self.gpn) for r in self.history}
         self.tried.add(flat_key(baseline.config.flat(), self.budget, self.gpn))
         self.bans = self._bans()
@@ -415,6 +415,36 @@ class Tuner:
         """The succeeded record with the lowest objective (the baseline if nothing beat it)."""
         ok = [r for r in [self.baseline] + self.history if r.state == TrialState.SUCCEEDED and r.objective is not None]
         return min(ok, key=lambda r: r.objective) if ok else None
+
+    def best_estimate(self) -> Optional[TrialRecord]:
+        """The succeeded record with the lowest *estimated* objective (shrunk_objectives): among
+        near-tied layouts the lowest of several noisy measurements is biased low (the winner's
+        curse), so each measurement is weighed against what the other trials forecast for it."""
+        ok = [r for r in [self.baseline] + self.history if r.state == TrialState.SUCCEEDED and r.objective is not None]
+        if len(ok) < 2:
+            return ok[0] if ok else None
+        est = self.shrunk_objectives(ok)
+        return min(ok, key=lambda r: est[r.id])
+
+    def shrunk_objectives(self, recs: list[TrialRecord]) -> dict[str, float]:
+        """Record id -> the precision-weighted mean of its measured objective (relative sd
+        measurement_sd()) and the forecast for its configuration calibrated on every *other*
+        measurement (sd as the search states it, x uncertainty_scale()): the posterior mean of a
+        normal prior and a normal measurement. A record the others cannot forecast keeps its measurement."""
+        sd_m, scale = self.measurement_sd(), self.uncertainty_scale()
+        out = {}
+        for r in recs:
+            others = [(o.config, o.summary) for o in self._obs if o.id != r.id]
+            fc = Forecaster(self.spec, others, self._ooms)
+            p = fc.predict(r.config)
+            if not fc.calibrated or not p.feasible or not p.std > 0:
+                out[r.id] = r.objective
+                continue
+            f = self.objective_of(p.step, r.gpus)
+            var_f = (self.objective_of(p.std, r.gpus) * scale) ** 2
+            var_m = (sd_m * r.objective) ** 2
+            out[r.id] = (r.objective * var_f + f * var_m) / (var_f + var_m)
+        return out
 
     def speedup(self, rec: TrialRecord) -> Optional[float]:
         if rec.objective and self.baseline.objective:

@@ -680,7 +680,17 @@ class _Lifecycle:
 
     def conclude(self, why: str) -> None:
         st = self.status
-        best = self.tuner().best()
+        tuner = self.tuner()
+        best, fastest = tuner.best_estimate(), tuner.best()
+        if best is not None and fastest is not None and best.id != fastest.id:
+            est = tuner.shrunk_objectives([best, fastest])
+            self.info(
+                "WinnersCurse",
+                f"picked {best.id} over {fastest.id}, which measured {best.objective / fastest.objective - 1:.1%} "
+                f"faster: weighed against what the other trials forecast for each, {fastest.id} is "
+                f"{est[fastest.id] / est[best.id] - 1:.1%} slower (one trial measures to "
+                f"+-{tuner.measurement_sd():.1%} here)",
+            )
         base_obj = [t.objective for t in st.trials if t.kind == "baseline"][-1]
         if best is None or best.objective is None or base_obj is None or best.objective >= base_obj:
             msg = f"nothing beats the baseline ({why}); keep the current configuration"
