@@ -411,16 +411,21 @@ class Tuner:
                 )
         return False, "searching"
 
+    def _succeeded(self) -> list[TrialRecord]:
+        """The records a pick chooses from: the baseline and every trial that passed, with an objective."""
+        recs = [self.baseline] + self.history
+        return [r for r in recs if r.state == TrialState.SUCCEEDED and r.objective is not None]
+
     def best(self) -> Optional[TrialRecord]:
         """The succeeded record with the lowest objective (the baseline if nothing beat it)."""
-        ok = [r for r in [self.baseline] + self.history if r.state == TrialState.SUCCEEDED and r.objective is not None]
+        ok = self._succeeded()
         return min(ok, key=lambda r: r.objective) if ok else None
 
     def best_estimate(self) -> Optional[TrialRecord]:
         """The succeeded record with the lowest *estimated* objective (shrunk_objectives): among
         near-tied layouts the lowest of several noisy measurements is biased low (the winner's
         curse), so each measurement is weighed against what the other trials forecast for it."""
-        ok = [r for r in [self.baseline] + self.history if r.state == TrialState.SUCCEEDED and r.objective is not None]
+        ok = self._succeeded()
         if len(ok) < 2:
             return ok[0] if ok else None
         est = self.shrunk_objectives(ok)
