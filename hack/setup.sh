@@ -36,13 +36,13 @@ done
 # what is built is cached per binary, so a retry after a transient proxy error resumes
 hack/binaries.sh || { stamp "hack/binaries.sh failed; retrying once"; hack/binaries.sh; }
 
-# --- python: .venv with rltune and its test/bench/report extras (re-run when pyproject changes)
+# --- python: .venv with rltune and its test/bench/report/fast extras (re-run when pyproject changes)
 [[ -x .venv/bin/python ]] || { stamp "python3 -m venv .venv"; python3 -m venv .venv; }
 want=$(sha256sum pyproject.toml | cut -c1-16)
 if [[ "$(cat .venv/.rltune-installed 2>/dev/null)" != "$want" ]]; then
-  stamp "pip install -e .[test,bench,report]"
+  stamp "pip install -e .[test,bench,report,fast]"
   .venv/bin/pip install -q --disable-pip-version-check --upgrade pip
-  .venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench,report]'
+  .venv/bin/pip install -q --disable-pip-version-check -e '.[test,bench,report,fast]'
   echo "$want" > .venv/.rltune-installed
 fi
 

@@ -17,16 +17,17 @@ request is preempted (KV discarded, recomputed later: vLLM V1 recompute preempti
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
+
+import numpy as np
 
 from rltune.api.hardware import GiB
 from rltune.api.hardware import gpu as gpu_spec
 from rltune.api.models import ModelArch, RLConfig, TaskSpec
 
+from . import replica_loop
 from .efficiency import Efficiency
 from .errors import Infeasible
 from .workload import Episodes, max_model_len
@@ -83,6 +84,15 @@ class ReplicaCost:
         if t is None:
             t = ([self.m0(b) for b in range(smax + 2)], [self.f0(b) for b in range(smax + 2)])
             self._m0[("tab", smax)] = t
+        return t
+
+    def table_arrays(self, smax: int) -> tuple[np.ndarray, np.ndarray]:
+        """tables() as float64 arrays (the compiled event loop's arguments)."""
+        t = self._m0.get(("arr", smax))
+        if t is None:
+            m, f = self.tables(smax)
+            t = (np.asarray(m, dtype=np.float64), np.asarray(f, dtype=np.float64))
+            self._m0[("arr", smax)] = t
         return t
 
     def iter_time(self, b: int, k: float) -> float:
@@ -194,38 +204,9 @@ def replica_cost(
     )
 
 
-def _epoch(rc: ReplicaCost, b: int, k0: float, n: int) -> float:
-    """Sum over n decode iterations of the roofline time, KV growing by b per iteration."""
-    if n <= 0:
-        return 0.0
-    am = rc.m0(b) + rc.m1 * k0
-    bm = rc.m1 * b
-    ac = rc.c_tok * b + rc.c1 * k0
-    bc = rc.c1 * b
-    tri = n * (n - 1) / 2.0
-    fixed = n * rc.f0(b)
-    if am >= ac and bm >= bc:
-        return n * am + bm * tri + fixed
-    if ac >= am and bc >= bm:
-        return n * ac + bc * tri + fixed
-    # The two lines cross inside: split at the crossing iteration.
-    j = int(math.ceil((ac - am) / (bm - bc)))
-    j = min(max(j, 0), n)
-    t1 = j * (j - 1) / 2.0
-    # Before j the line with the larger intercept dominates, after j the other one.
-    if am > ac:
-        first = j * am + bm * t1
-        rest_a, rest_b = ac + bc * j, bc
-    else:
-        first = j * ac + bc * t1
-        rest_a, rest_b = am + bm * j, bm
-    m = n - j
-    return first + m * rest_a + rest_b * m * (m - 1) / 2.0 + fixed
-
-
 @dataclass
 class ReplicaResult:
-    finish: list  # per episode: finish time of its last turn (incl. final tool call)
+    finish: np.ndarray  # per episode: finish time of its last turn (incl. final tool call)
     busy: float  # time the replica had work running
     end: float
     preemptions: int
@@ -245,270 +226,52 @@ def simulate_replica(
     prefix_caching: bool = True,
     quantum: int = 16,
 ) -> ReplicaResult:
-    """Simulate one engine replica serving episodes `idx` (FIFO), times scaled by `speed` (>1 slower)."""
+    """Simulate one engine replica serving episodes `idx` (FIFO), times scaled by `speed` (>1 slower).
+
+    Requests are admitted FIFO while they fit (maxNumSeqs, free KV blocks above a 1% watermark),
+    prefill in chunks of maxNumBatchedTokens shared with the running decodes, decode in closed-form
+    epochs between events (events closer than `quantum` iterations are merged), and are preempted
+    newest-first when the KV pool overflows. Multi-turn episodes come back after their tool call
+    with the turn's observation appended (prefix-cached while the pool has room); at most
+    `sandboxes` episodes are in flight. The loop itself is replica_loop (compiled with numba when
+    installed)."""
     ro = cfg.rollout
     S = min(ro.max_num_seqs, ro.max_num_batched_tokens)
-    budget = ro.max_num_batched_tokens
-    C = rc.kv_capacity
-    watermark = 0.01 * C
-    multi = ep.multi
     n_ep = len(idx)
-    # Request state (parallel lists, one entry per request; multi-turn appends a request per turn).
-    r_ctx: list = []
-    r_pref: list = []
-    r_rem: list = []
-    r_it0: list = []
-    r_fin: list = []
-    r_state: list = []
-    r_ep: list = []
-    ep_turn = [0] * n_ep
-    finish = [0.0] * n_ep
-    waiting: deque = deque()
-    arrivals: list = []  # heap of (time, request) for multi-turn tool returns
-    pending_eps: deque = deque()
-    generated = 0
-    if multi:
-        limit = sandboxes or n_ep
-        for j in range(n_ep):
-            if j < limit:
-                _new_turn_req(
-                    j,
-                    int(ep.prompt[idx[j]]),
-                    int(ep.prompt[idx[j]]),
-                    ep.turn_gen[idx[j]][0],
-                    r_ctx,
-                    r_pref,
-                    r_rem,
-                    r_it0,
-                    r_fin,
-                    r_state,
-                    r_ep,
-                )
-                waiting.append(len(r_ctx) - 1)
-            else:
-                pending_eps.append(j)
-    else:
-        gens = ep.turn_gen
-        prompts = ep.prompt
-        for j in range(n_ep):
-            e = idx[j]
-            p = int(prompts[e])
-            r_ctx.append(p)
-            r_pref.append(p)
-            r_rem.append(int(gens[e]))
-            r_it0.append(0)
-            r_fin.append(0)
-            r_state.append(0)
-            r_ep.append(j)
-            waiting.append(j)
-    heap: list = []
-    stack: list = []
-    t = 0.0
-    it = 0
-    B = 0
-    kv_a = 0.0  # K(it) = kv_a + B*it
-    busy = 0.0
-    tool_idle = 0.0
-    kv_area = 0.0
-    kv_peak = 0.0
-    preempt = 0
-    push = heapq.heappush
-    pop = heapq.heappop
-    epoch = _epoch
+    ft = ep.select(np.asarray(idx, dtype=np.int64))
+    limit = (sandboxes or n_ep) if ep.multi else n_ep
+    cap = len(ft.gen)  # one request per turn (a preempted request keeps its slot)
     M0, F0 = rc.tables(S)
-    m1, c_tok, c1 = rc.m1, rc.c_tok, rc.c1
-    pre_tok, pre_pair = rc.pre_tok, rc.pre_pair
-    # A failed admission stays failed until a request finishes or is preempted: in between, the
-    # head of the queue is the same and the free KV only shrinks (`blocked` skips the attempt).
-    blocked = False
-    while True:
-        # Arrivals (tool returns) up to now.
-        while arrivals and arrivals[0][0] <= t:
-            waiting.append(pop(arrivals)[1])
-        # Admission.
-        if waiting and B < S and not blocked:
-            K = kv_a + B * it
-            free = C - K
-            ptok = 0
-            ppair = 0.0
-            new = []
-            nb = B
-            while waiting and nb < S:
-                r = waiting[0]
-                need = r_ctx[r]
-                if need + watermark > free and (nb > 0 or need > free):
-                    break
-                waiting.popleft()
-                free -= need
-                new.append(r)
-                nb += 1
-                p = r_pref[r]
-                ptok += p
-                ppair += p * (need - p) + 0.5 * p * p
-            if not new:
-                blocked = True
-            else:
-                nchunk = -(-ptok // max(budget - B, 16)) if ptok > 0 else 1
-                # Mixed iterations: running decodes advance while the new prompts prefill.
-                n = nchunk
-                am = M0[B if B else 1] * n + m1 * (K * n + B * n * (n - 1) / 2.0)
-                ac = (c_tok * B + c1 * K) * n + c1 * B * n * (n - 1) / 2.0
-                ac += pre_tok * ptok + pre_pair * ppair
-                dt = ((am if am >= ac else ac) + n * F0[nb]) * speed
-                kv_area += (K + 0.5 * ptok) * dt
-                t += dt
-                busy += dt
-                it += n
-                for r in new:
-                    r_it0[r] = it
-                    f = it + r_rem[r]
-                    r_fin[r] = f
-                    r_state[r] = 1
-                    push(heap, (f, r))
-                    kv_a += r_ctx[r] - it
-                    stack.append(r)
-                B = nb
-                kk = (kv_a + B * it) / C
-                if kk > kv_peak:
-                    kv_peak = kk
-        # Finishes at or before this iteration.
-        while heap and heap[0][0] <= it:
-            f, r = pop(heap)
-            if r_state[r] != 1 or r_fin[r] != f:
-                continue
-            r_state[r] = 2
-            blocked = False
-            B -= 1
-            kv_a -= r_ctx[r] - r_it0[r]
-            generated += r_rem[r]
-            if multi:
-                j = r_ep[r]
-                e = idx[j]
-                k = ep_turn[j]
-                obs = ep.turn_obs[e][k]
-                tool = ep.turn_tool[e][k]
-                k += 1
-                ep_turn[j] = k
-                if k < len(ep.turn_gen[e]):
-                    ctx_prev = r_ctx[r] + r_rem[r]
-                    ctx = ctx_prev + obs
-                    # the previous turn's blocks stay cached (evictable) while the pool has room for them
-                    pref = obs + 1 if prefix_caching and C - (kv_a + B * it) > ctx_prev else ctx
-                    push(arrivals, (t + tool, len(r_ctx)))
-                    r_ctx.append(int(ctx))
-                    r_pref.append(int(pref))
-                    r_rem.append(int(ep.turn_gen[e][k]))
-                    r_it0.append(0)
-                    r_fin.append(0)
-                    r_state.append(0)
-                    r_ep.append(j)
-                else:
-                    finish[j] = t + tool
-                    if pending_eps:
-                        # The sandbox frees after the final tool call (tests); the next episode starts then.
-                        jn = pending_eps.popleft()
-                        en = idx[jn]
-                        pp = int(ep.prompt[en])
-                        _new_turn_req(jn, pp, pp, ep.turn_gen[en][0], r_ctx, r_pref, r_rem, r_it0, r_fin, r_state, r_ep)
-                        push(arrivals, (t + tool, len(r_ctx) - 1))
-            else:
-                finish[r_ep[r]] = t
-        if B == 0:
-            if waiting:
-                continue  # admit now (KV is free)
-            if arrivals:
-                nt = arrivals[0][0]
-                if nt > t:
-                    tool_idle += nt - t
-                    t = nt
-                continue
-            break
-        # KV overflow: preempt the most recently admitted requests (recompute later).
-        # vLLM allocates KV in 16-token blocks: a request needs a new block every 16 tokens, so on
-        # overflow enough requests are preempted to let the rest grow for one more block.
-        K = kv_a + B * it
-        while K + B * 16 > C and B > 1:
-            v = stack.pop()
-            if r_state[v] != 1:
-                continue
-            g = it - r_it0[v]
-            kv_a -= r_ctx[v] - r_it0[v]
-            B -= 1
-            r_ctx[v] += g
-            r_rem[v] -= g
-            generated += g
-            r_pref[v] = r_ctx[v]
-            r_state[v] = 0
-            waiting.appendleft(v)
-            blocked = False
-            preempt += 1
-            K = kv_a + B * it
-        if K / C > kv_peak:
-            kv_peak = K / C
-        # Next event: first finish, KV overflow, or (multi-turn) an arrival that could be admitted.
-        while stack and r_state[stack[-1]] != 1:
-            stack.pop()
-        n = heap[0][0] - it
-        if n < quantum:
-            n = quantum  # merge events closer than the quantum (finishes are processed late by < quantum iterations)
-        if B:
-            n_o = int((C - K) // B)
-            if n_o < n:
-                n = max(n_o, 1)
-        am = M0[B] + m1 * K
-        ac = c_tok * B + c1 * K
-        if arrivals and B < S and not waiting:
-            # (the iteration time of ReplicaCost.iter_time, from the tables)
-            it_t = ((am if am >= ac else ac) + F0[B]) * speed
-            n_a = int((arrivals[0][0] - t) / it_t) + 1
-            if n_a < n:
-                n = n_a if n_a > 1 else 1
-        # Closed-form epoch time (see _epoch), inlined for speed.
-        bm = m1 * B
-        bc = c1 * B
-        tri = n * (n - 1) * 0.5
-        if am >= ac and bm >= bc:
-            dt = n * am + bm * tri
-        elif ac >= am and bc >= bm:
-            dt = n * ac + bc * tri
-        else:
-            dt = epoch(rc, B, K, n) - n * F0[B]
-        dt = (dt + n * F0[B]) * speed
-        kv_area += (K + 0.5 * B * n) * dt
-        t += dt
-        busy += dt
-        it += n
-        # Discard stale heap entries lazily.
-        while heap:
-            f, r = heap[0]
-            if r_state[r] == 1 and r_fin[r] == f:
-                break
-            pop(heap)
+    args = (rc.m1, rc.c_tok, rc.c1, rc.pre_tok, rc.pre_pair, rc.kv_capacity, S, ro.max_num_batched_tokens)
+    args += (quantum, float(speed), bool(prefix_caching), bool(ep.multi), int(limit))
+    if replica_loop.compiled_replica_loop is not None:
+        finish = np.zeros(n_ep)
+        state = [np.zeros(cap, np.int64) for _ in range(7)]
+        out = replica_loop.compiled_replica_loop(
+            *rc.table_arrays(S), *args, *ft, finish, *state, np.zeros(cap + 1, np.int64)
+        )
+    else:  # interpreted: Python lists index faster than arrays
+        fin = [0.0] * n_ep
+        state = [[0] * cap for _ in range(7)]
+        turns = [a.tolist() for a in ft]
+        out = replica_loop.replica_loop(M0, F0, *args, *turns, fin, *state, [0] * (cap + 1))
+        finish = np.asarray(fin)
+    busy, t, preempt, kv_peak, kv_area, tool_idle, generated = out
     return ReplicaResult(
         finish=finish,
-        busy=busy,
-        end=t,
-        preemptions=preempt,
-        kv_peak=min(1.0, kv_peak),
-        kv_mean_tokens=kv_area / t if t > 0 else 0.0,
-        tool_idle=tool_idle,
-        generated=generated,
+        busy=float(busy),
+        end=float(t),
+        preemptions=int(preempt),
+        kv_peak=min(1.0, float(kv_peak)),
+        kv_mean_tokens=float(kv_area) / float(t) if t > 0 else 0.0,
+        tool_idle=float(tool_idle),
+        generated=int(generated),
     )
-
-
-def _new_turn_req(j, ctx, pref, gen, r_ctx, r_pref, r_rem, r_it0, r_fin, r_state, r_ep) -> None:
-    r_ctx.append(int(ctx))
-    r_pref.append(int(pref))
-    r_rem.append(int(gen))
-    r_it0.append(0)
-    r_fin.append(0)
-    r_state.append(0)
-    r_ep.append(j)
 
 
 @dataclass
 class RolloutResult:
-    finish: list  # per episode finish times (merged over replicas, in episode order)
+    finish: np.ndarray  # per episode finish times (merged over replicas, in episode order; NaN: not simulated)
     end: float  # time the last episode finished
     median: float  # time the median episode finished
     preemptions: int
@@ -532,7 +295,7 @@ def simulate_rollout(
     """All replicas (or only the first `sample_replicas`: finishes of the others stay NaN)."""
     replicas = max(1, rollout_gpus // cfg.rollout.tp)
     n = len(ep)
-    finish = [0.0] * n if not sample_replicas else [math.nan] * n
+    finish = np.zeros(n) if not sample_replicas else np.full(n, math.nan)
     simulated = min(replicas, sample_replicas or replicas)
     pre = 0
     peak = 0.0
@@ -544,8 +307,8 @@ def simulate_rollout(
     if sandboxes:
         per_sb = max(1, -(-sandboxes // replicas))
     for r in range(simulated):
-        idx = list(range(r, n, replicas))  # round-robin assignment (verl splits the batch evenly)
-        if not idx:
+        idx = np.arange(r, n, replicas)  # round-robin assignment (verl splits the batch evenly)
+        if not len(idx):
             continue
         res = simulate_replica(
             rc,
@@ -556,20 +319,19 @@ def simulate_rollout(
             sandboxes=per_sb,
             prefix_caching=prefix_caching,
         )
-        for j, e in enumerate(idx):
-            finish[e] = res.finish[j]
+        finish[idx] = res.finish
         pre += res.preemptions
         peak = max(peak, res.kv_peak)
         kvm += res.kv_mean_tokens
         idle += res.tool_idle
         gen += res.generated
-        end = max(end, res.end, max(res.finish))
-    srt = sorted(x for x in finish if x == x)
+        end = max(end, res.end, float(res.finish.max()))
+    srt = np.sort(finish[~np.isnan(finish)])
     scale = replicas / simulated
     return RolloutResult(
         finish=finish,
         end=end,
-        median=srt[len(srt) // 2],
+        median=float(srt[len(srt) // 2]),
         preemptions=int(pre * scale),
         kv_peak=peak,
         kv_mean_tokens=kvm / simulated,

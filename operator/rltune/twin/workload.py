@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Optional
+from functools import cached_property
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -111,6 +112,50 @@ class Episodes:
 
     def __len__(self) -> int:
         return len(self.prompt)
+
+    @cached_property
+    def flat(self) -> FlatTurns:
+        """Every episode's turns as flat arrays (computed once per step, indexed per replica)."""
+        if not self.multi:
+            n = len(self.turn_gen)
+            return FlatTurns(
+                np.asarray(self.prompt, dtype=np.int64),
+                np.arange(n + 1, dtype=np.int64),
+                np.asarray(self.turn_gen, dtype=np.int64),
+                np.zeros(0, dtype=np.int64),
+                np.zeros(0, dtype=np.float64),
+            )
+        lens = np.fromiter((len(g) for g in self.turn_gen), dtype=np.int64, count=len(self.turn_gen))
+        off = np.zeros(len(lens) + 1, dtype=np.int64)
+        np.cumsum(lens, out=off[1:])
+        return FlatTurns(
+            np.asarray(self.prompt, dtype=np.int64),
+            off,
+            np.fromiter((x for g in self.turn_gen for x in g), dtype=np.int64, count=int(off[-1])),
+            np.fromiter((x for o in self.turn_obs for x in o), dtype=np.int64, count=int(off[-1])),
+            np.fromiter((x for t in self.turn_tool for x in t), dtype=np.float64, count=int(off[-1])),
+        )
+
+    def select(self, idx: np.ndarray) -> FlatTurns:
+        """The flat turns of episodes `idx` (in that order), offsets starting at 0."""
+        f = self.flat
+        if not self.multi:
+            return FlatTurns(f.prompt[idx], np.arange(len(idx) + 1, dtype=np.int64), f.gen[idx], f.obs, f.tool)
+        lens = f.off[idx + 1] - f.off[idx]
+        off = np.zeros(len(idx) + 1, dtype=np.int64)
+        np.cumsum(lens, out=off[1:])
+        pos = np.repeat(f.off[idx] - off[:-1], lens) + np.arange(off[-1], dtype=np.int64)
+        return FlatTurns(f.prompt[idx], off, f.gen[pos], f.obs[pos], f.tool[pos])
+
+
+class FlatTurns(NamedTuple):
+    """Episodes as flat arrays: episode j's turns are off[j]..off[j+1]-1 (single turn: obs, tool empty)."""
+
+    prompt: np.ndarray  # int64, per episode
+    off: np.ndarray  # int64, n + 1
+    gen: np.ndarray  # int64, generated tokens per turn
+    obs: np.ndarray  # int64, observation tokens after each turn
+    tool: np.ndarray  # float64, tool seconds after each turn
 
 
 def max_model_len(task: TaskSpec) -> int:
