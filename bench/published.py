@@ -324,6 +324,40 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             return model, task, hw, gpn, cfg, {"mini_batches": 3}, A
         raise KeyError(rid)
 
+    if src == "areal" and rid.startswith("areal-v01"):
+        # AReaL v0.1 tutorial's logged run: the launch line and train_small_on_ray.sh state the setup;
+        # not an AReaL-boba row, so R-c does not apply and the mean response is R-e's max / 4.
+        A.append("R-e")
+        p = r["parallelism"]
+        task = TaskSpec(
+            promptsPerStep=int(b["prompts_per_step"]),
+            samplesPerPrompt=int(b["samples_per_prompt"]),
+            maxPromptTokens=int(b["max_prompt_tokens"]),
+            maxResponseTokens=int(b["max_response_tokens"]),
+        )
+        roll_g = int(r["placement"]["rollout_gpus"])
+        cfg = dict(
+            gpus=gpus,
+            placement="disaggregated",
+            trainerGpus=gpus - roll_g,
+            weightSync="disk",
+            rollout=dict(
+                tp=int(p["rollout_tp"]),
+                gpuMemoryUtilization=0.98,
+                maxNumSeqs=int(p["vllm_max_num_seqs"]),
+                maxNumBatchedTokens=8192,
+            ),
+            trainer=dict(tp=1, pp=int(p["train_pp"]), microBatchTokens=int(p["max_tokens_per_mb"]), recompute="full"),
+            **{"async": dict(staleness=0)},
+        )
+        A.append(
+            f"launch line: {roll_g} vLLM GPUs (16 x TP4) : {gpus - roll_g} trainer (DP32 x PP2), synchronous; "
+            "vLLM gpu_memory_utilization 1 -> 0.98 (the twin's ceiling); mean response max/4 = 4,096 (R-e); "
+            "4 mini-batches; KL 0.01 -> reference pass; weights via disk (as the v0.3 rows); chunk 8192 and "
+            "full recompute (R-e)"
+        )
+        return model, task, hw, gpn, cfg, {"mini_batches": int(b["ppo_minibatches"]), "reference_policy": True}, A
+
     if src == "areal":
         A.append("R-c")
         is7 = "7B" in r["model"]
@@ -442,6 +476,33 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
         )
         grpo = r["algorithm"] == "GRPO"
         return model, task, hw, gpn, cfg, {"mini_batches": mini, "fsdp": True, "reference_policy": grpo}, A
+
+    if src == "deepscaler-repro":
+        A.append("R-e")
+        p = r["parallelism"]
+        task = TaskSpec(
+            promptsPerStep=int(b["prompts_per_step"]),
+            samplesPerPrompt=int(b["samples_per_prompt"]),
+            maxPromptTokens=int(b["max_prompt_tokens"]),
+            maxResponseTokens=int(b["max_response_tokens"]),
+        )
+        cfg = dict(
+            gpus=gpus,
+            rollout=dict(
+                tp=int(p["rollout_tp"]),
+                gpuMemoryUtilization=float(p["rollout_gpu_memory_utilization"]),
+                maxNumSeqs=1024,
+                maxNumBatchedTokens=8192,
+            ),
+            trainer=dict(tp=1, microBatchTokens=int(p["ppo_max_token_len_per_gpu"]), recompute="full"),
+        )
+        mini = int(b["prompts_per_step"]) // int(b["ppo_mini_batch_prompts"])
+        A.append(
+            f"run_deepscaler_1.5b_8k.sh: FSDP, dynamic batch 32,768 tokens per GPU, gradient checkpointing, "
+            f"{mini} mini-batches, use_kl_loss -> reference pass; vLLM TP1 at 0.85; mean response max/4 = 2,048 "
+            "(R-e); vLLM max_num_seqs / batched tokens: verl defaults (R-e)"
+        )
+        return model, task, hw, gpn, cfg, {"mini_batches": mini, "fsdp": True, "reference_policy": True}, A
 
     raise KeyError(f"{rid}: no twin mapping for source {src}")
 

@@ -31,7 +31,7 @@ def nofit():
 
 def test_every_headline_row_builds_valid_twin_inputs(data, built):
     yaml_rows = {r["id"]: r for r in data["rows"]}
-    assert len(built) == len(yaml_rows) == 45
+    assert len(built) == len(yaml_rows) == 47
     heads = [b for b in built if b.headline]
     # issue 14: at least 30 published step times from at least 4 independent sources
     assert len(heads) >= 30
