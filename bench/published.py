@@ -493,6 +493,7 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
                 gpuMemoryUtilization=float(p["rollout_gpu_memory_utilization"]),
                 maxNumSeqs=1024,
                 maxNumBatchedTokens=8192,
+                cudaGraphs=False,
             ),
             trainer=dict(tp=1, microBatchTokens=int(p["ppo_max_token_len_per_gpu"]), recompute="full"),
         )
@@ -500,7 +501,8 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
         A.append(
             f"run_deepscaler_1.5b_8k.sh: FSDP, dynamic batch 32,768 tokens per GPU, gradient checkpointing, "
             f"{mini} mini-batches, use_kl_loss -> reference pass; vLLM TP1 at 0.85; mean response max/4 = 2,048 "
-            "(R-e); vLLM max_num_seqs / batched tokens: verl defaults (R-e)"
+            "(R-e); vLLM max_num_seqs 1024, batched tokens 8192 and enforce_eager True (no CUDA graphs): the "
+            "vendored verl's ppo_trainer.yaml defaults (R-e)"
         )
         return model, task, hw, gpn, cfg, {"mini_batches": mini, "fsdp": True, "reference_policy": True}, A
 
