@@ -1,7 +1,7 @@
 """The twin's engine event loop compiled with numba gives exactly what the interpreted loop gives.
 
 twin/replica_loop.py is one function run two ways: compiled (numba installed, the fast path every
-benchmark uses) and interpreted (no numba: the operator's image). A difference in any bit would
+benchmark uses) and interpreted (no numba: the trial image). A difference in any bit would
 make the benchmark's oracle and yardstick depend on whether numba is installed, so the results
 are compared for equality, on replicas that exercise every branch of the loop.
 """
