@@ -204,6 +204,16 @@ def _verl_cfg(r: dict, rollout: dict, trainer: dict) -> dict:
     )
 
 
+def _task_of(b: dict) -> TaskSpec:
+    """The task of a row's `batch` (prompts, samples, max prompt and response); mean response unset (R-e: max/4)."""
+    return TaskSpec(
+        promptsPerStep=int(b["prompts_per_step"]),
+        samplesPerPrompt=int(b["samples_per_prompt"]),
+        maxPromptTokens=int(b["max_prompt_tokens"]),
+        maxResponseTokens=int(b["max_response_tokens"]),
+    )
+
+
 def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, list[str]]:
     """(model, task, gpu_type, gpus_per_node, RLConfig dict, scenario, assumptions) of a step/throughput row."""
     rid, src = r["id"], r["source"]
@@ -329,12 +339,7 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
         # not an AReaL-boba row, so R-c does not apply and the mean response is R-e's max / 4.
         A.append("R-e")
         p = r["parallelism"]
-        task = TaskSpec(
-            promptsPerStep=int(b["prompts_per_step"]),
-            samplesPerPrompt=int(b["samples_per_prompt"]),
-            maxPromptTokens=int(b["max_prompt_tokens"]),
-            maxResponseTokens=int(b["max_response_tokens"]),
-        )
+        task = _task_of(b)
         roll_g = int(r["placement"]["rollout_gpus"])
         cfg = dict(
             gpus=gpus,
@@ -457,12 +462,7 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
     if src == "rocm-verl":
         A.append("R-e")
         tp = int(r["parallelism"]["rollout_tp"])
-        task = TaskSpec(
-            promptsPerStep=int(b["prompts_per_step"]),
-            samplesPerPrompt=int(b["samples_per_prompt"]),
-            maxPromptTokens=int(b["max_prompt_tokens"]),
-            maxResponseTokens=int(b["max_response_tokens"]),
-        )
+        task = _task_of(b)
         gmu = float(r["parallelism"]["gpu_memory_utilization"])
         cfg = dict(
             gpus=8,
@@ -480,12 +480,7 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
     if src == "deepscaler-repro":
         A.append("R-e")
         p = r["parallelism"]
-        task = TaskSpec(
-            promptsPerStep=int(b["prompts_per_step"]),
-            samplesPerPrompt=int(b["samples_per_prompt"]),
-            maxPromptTokens=int(b["max_prompt_tokens"]),
-            maxResponseTokens=int(b["max_response_tokens"]),
-        )
+        task = _task_of(b)
         cfg = dict(
             gpus=gpus,
             rollout=dict(
