@@ -312,7 +312,7 @@ def infer_row(
         eff = effmod.efficiency(gpu_type, hw_scn)
         rc = replica_cost(model, task, gpu_type, 8, cfg, eff)
         n = 3 * seqs
-        ep_ = Episodes(prompt=np.full(n, isl), turn_gen=[osl] * n)
+        ep_ = Episodes(prompt=np.full(n, isl), gen=np.full(n, osl, dtype=np.int64))
         res = simulate_replica(rc, ep_, list(range(n)), cfg)
         return {"output tok/s/GPU": n * osl / res.end / tp}
 

@@ -76,7 +76,7 @@ from bench import calibrate as cal  # noqa: E402
 from rltune.api.models import ModelArch, RLConfig, TaskSpec  # noqa: E402
 from rltune.twin import Infeasible, simulate_step_breakdown  # noqa: E402
 from rltune.twin import efficiency as effmod  # noqa: E402
-from rltune.twin.core import _cached_step, _seq_lens  # noqa: E402
+from rltune.twin.core import _cached_step  # noqa: E402
 from rltune.twin.workload import sample_episodes  # noqa: E402
 
 YAML_PATH = ROOT / "bench" / "published_steps.yaml"
@@ -516,7 +516,7 @@ def _step_run(inp: dict, metrics: dict, phase_map: dict, refused: dict, kind: st
             return {k: math.nan for k in metrics}
         if kind == "throughput":
             eff = effmod.efficiency(gpu, {**hw_scn, **scn})
-            tokens = float(np.sum(_seq_lens(sample_episodes(task, eff, None))))
+            tokens = float(np.sum(sample_episodes(task, eff, None).seq_lens()))
             return {"throughput_tokens_per_gpu_s": tokens / (b["duration"] * c.gpus)}
         out = {}
         for k in metrics:

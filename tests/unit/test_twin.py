@@ -241,7 +241,8 @@ def test_episode_cut_in_bulk_matches_the_turn_by_turn_rule(budget0, limit):
     gens = rng.integers(1, 2000, total)
     obs = rng.integers(0, 3000, total)
     tools = rng.exponential(5.0, total)
-    got = _truncate_episodes(prompt, turns, gens, obs, tools, budget0, limit)
+    off, g, o, t = _truncate_episodes(prompt, turns, gens, obs, tools, budget0, limit)
+    got = tuple([a[off[e] : off[e + 1]].tolist() for e in range(n)] for a in (g, o, t))
     want = _truncate_turn_by_turn(prompt, turns, gens, obs, tools, budget0, limit)
     assert got == want
     cut = sum(len(g) < k for g, k in zip(want[0], turns.tolist()))
@@ -267,16 +268,36 @@ def test_noiseless_agentic_draws_are_independent_per_turn_as_in_the_noisy_twin()
     task = TaskSpec.model_validate(CODING)  # the benchmark's agentic task
     eff = efficiency("B300")
     ep = sample_episodes(task, eff, None)
-    clean = [i for i, g in enumerate(ep.turn_gen) if len(g) > 1]  # episodes with whole turns
-    g = [x for i in clean for x in ep.turn_gen[i][:-1]]
-    o = [x for i in clean for x in ep.turn_obs[i][:-1]]
-    t = [x for i in clean for x in ep.turn_tool[i][:-1]]
+    gen, obs, tool = ep.per_episode()
+    clean = [i for i, g in enumerate(gen) if len(g) > 1]  # episodes with whole turns
+    g = [x for i in clean for x in gen[i][:-1]]
+    o = [x for i in clean for x in obs[i][:-1]]
+    t = [x for i in clean for x in tool[i][:-1]]
     assert abs(np.corrcoef(_ranks(g), _ranks(o))[0, 1]) < 0.1
     assert abs(np.corrcoef(_ranks(g), _ranks(t))[0, 1]) < 0.1
     assert abs(np.corrcoef(_ranks(o), _ranks(t))[0, 1]) < 0.1
 
     def p99(e):
-        return float(np.percentile([sum(x) for x in e.turn_gen], 99))
+        return float(np.percentile([sum(x) for x in e.per_episode()[0]], 99))
 
     rand = [p99(sample_episodes(task, eff, np.random.default_rng(s))) for s in range(8)]
     assert p99(ep) == pytest.approx(float(np.mean(rand)), rel=0.1)
+
+
+@pytest.mark.parametrize("agentic", [False, True])
+def test_episode_totals_match_their_turns(agentic):
+    """seq_lens and generated, computed on the flat arrays, are the sums over each episode's turns."""
+    import numpy as np
+    from bench.jobs import CODING
+
+    from rltune.twin.efficiency import efficiency
+    from rltune.twin.workload import sample_episodes
+
+    task = TaskSpec.model_validate(CODING) if agentic else TaskSpec(maxResponseTokens=8192, promptsPerStep=64)
+    ep = sample_episodes(task, efficiency("B300"), np.random.default_rng(11))
+    gen, obs, _ = ep.per_episode()
+    assert ep.multi == agentic and len(gen) == len(ep)
+    want = [int(p) + sum(g) + (sum(o) if agentic else 0) for p, g, o in zip(ep.prompt.tolist(), gen, obs)]
+    assert ep.seq_lens().tolist() == want
+    assert ep.generated() == sum(sum(g) for g in gen)
+    assert any(len(g) > 1 for g in gen) == agentic

@@ -30,7 +30,7 @@ from .efficiency import Efficiency, efficiency
 from .errors import Infeasible
 from .rollout import ReplicaCost, replica_cost, simulate_rollout
 from .training import TrainCost, train_cost
-from .workload import Episodes, sample_episodes
+from .workload import sample_episodes
 
 DEFAULT_GPUS = 8
 
@@ -106,18 +106,6 @@ def make_plan(
         sandboxes=sandboxes,
     )
     return plan
-
-
-def _seq_lens(ep: Episodes) -> np.ndarray:
-    if not ep.multi:
-        return ep.prompt + np.asarray(ep.turn_gen, dtype=np.int64)
-    return ep.prompt + np.array([sum(g) + sum(o) for g, o in zip(ep.turn_gen, ep.turn_obs)], dtype=np.int64)
-
-
-def _generated(ep: Episodes) -> float:
-    if not ep.multi:
-        return float(np.sum(ep.turn_gen))
-    return float(sum(sum(g) for g in ep.turn_gen))
 
 
 def _weight_sync(p: Plan, tc: TrainCost) -> tuple[float, float, float]:
@@ -241,13 +229,13 @@ def simulate_one_step(p: Plan, rng: Optional[np.random.Generator], warmup: bool 
         gen += resume
         tail = resume
         sl = slice(n, 2 * n)
-        seqs = _seq_lens(ep)[sl]
-        generated = float(np.sum(seqs - ep.prompt[sl])) if not ep.multi else _generated(ep) / batches
+        seqs = ep.seq_lens()[sl]
+        generated = float(np.sum(seqs - ep.prompt[sl])) if not ep.multi else float(ep.generated()) / batches
     else:
         gen = ro.end
         tail = max(0.0, ro.end - ro.median)
-        seqs = _seq_lens(ep)
-        generated = _generated(ep)
+        seqs = ep.seq_lens()
+        generated = float(ep.generated())
     tc = train_cost(p.model, seqs, p.gpu_type, p.gpus_per_node, p.train_gpus, p.cfg, eff, p.reference)
     if p.colocated:
         g = gpu_spec(p.gpu_type)

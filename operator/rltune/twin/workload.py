@@ -102,38 +102,31 @@ def lognormal(
 
 @dataclass
 class Episodes:
-    """Rollout work of one step. Single-turn tasks have one turn per episode."""
+    """Rollout work of one step: one turn per episode (`gen`), or multi-turn episodes (`turns`)."""
 
     prompt: np.ndarray  # initial prompt tokens per episode
-    turn_gen: list  # per episode: list of generated tokens per turn (single turn: one element)
-    turn_obs: Optional[list] = None  # per episode: observation tokens appended after each turn
-    turn_tool: Optional[list] = None  # per episode: tool seconds after each turn
-    multi: bool = False
+    gen: Optional[np.ndarray] = None  # single turn: generated tokens per episode
+    turns: Optional[FlatTurns] = None  # multi-turn: every episode's turns as flat arrays
+
+    @property
+    def multi(self) -> bool:
+        return self.turns is not None
 
     def __len__(self) -> int:
         return len(self.prompt)
 
     @cached_property
     def flat(self) -> FlatTurns:
-        """Every episode's turns as flat arrays (computed once per step, indexed per replica)."""
-        if not self.multi:
-            n = len(self.turn_gen)
-            return FlatTurns(
-                np.asarray(self.prompt, dtype=np.int64),
-                np.arange(n + 1, dtype=np.int64),
-                np.asarray(self.turn_gen, dtype=np.int64),
-                np.zeros(0, dtype=np.int64),
-                np.zeros(0, dtype=np.float64),
-            )
-        lens = np.fromiter((len(g) for g in self.turn_gen), dtype=np.int64, count=len(self.turn_gen))
-        off = np.zeros(len(lens) + 1, dtype=np.int64)
-        np.cumsum(lens, out=off[1:])
+        """Every episode's turns as flat arrays (indexed per replica)."""
+        if self.turns is not None:
+            return self.turns
+        n = len(self.gen)
         return FlatTurns(
             np.asarray(self.prompt, dtype=np.int64),
-            off,
-            np.fromiter((x for g in self.turn_gen for x in g), dtype=np.int64, count=int(off[-1])),
-            np.fromiter((x for o in self.turn_obs for x in o), dtype=np.int64, count=int(off[-1])),
-            np.fromiter((x for t in self.turn_tool for x in t), dtype=np.float64, count=int(off[-1])),
+            np.arange(n + 1, dtype=np.int64),
+            np.asarray(self.gen, dtype=np.int64),
+            np.zeros(0, dtype=np.int64),
+            np.zeros(0, dtype=np.float64),
         )
 
     def select(self, idx: np.ndarray) -> FlatTurns:
@@ -146,6 +139,27 @@ class Episodes:
         np.cumsum(lens, out=off[1:])
         pos = np.repeat(f.off[idx] - off[:-1], lens) + np.arange(off[-1], dtype=np.int64)
         return FlatTurns(f.prompt[idx], off, f.gen[pos], f.obs[pos], f.tool[pos])
+
+    def per_episode(self) -> tuple[list, list, list]:
+        """Each episode's generated tokens, observation tokens and tool seconds per turn, as lists
+        (for reading and tests; the twin works on the flat arrays)."""
+        f = self.flat
+        cut = f.off[1:-1]
+        split = lambda a: [x.tolist() for x in np.split(a, cut)]  # noqa: E731
+        if not self.multi:
+            return split(f.gen), [[0]] * len(self), [[0.0]] * len(self)
+        return split(f.gen), split(f.obs), split(f.tool)
+
+    def seq_lens(self) -> np.ndarray:
+        """Tokens each episode's trained sequence holds: prompt, generations and observations."""
+        f = self.flat
+        if not self.multi:
+            return f.prompt + f.gen
+        return f.prompt + np.add.reduceat(f.gen + f.obs, f.off[:-1])
+
+    def generated(self) -> int:
+        """Tokens generated in the step (every turn of every episode)."""
+        return int(self.flat.gen.sum())
 
 
 class FlatTurns(NamedTuple):
@@ -170,8 +184,7 @@ def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Gen
     prompts_per = lognormal(task.prompts_per_step * batches, prompt_mean, 0.5, 16, task.max_prompt_tokens, rng)
     prompt = np.repeat(prompts_per, task.samples_per_prompt)
     if task.kind != "agentic-coding":
-        gen = lognormal(n, mean, cv, 1, task.max_response_tokens, rng)
-        return Episodes(prompt=prompt, turn_gen=gen.tolist())
+        return Episodes(prompt=prompt, gen=lognormal(n, mean, cv, 1, task.max_response_tokens, rng))
     # Agentic coding: geometric turns (CV ~ 1), per-turn generation, observations and tool latency.
     turns_mean = float(task.turns or eff.turns)
     tool_mean = float(task.tool_latency_seconds if task.tool_latency_seconds is not None else eff.tool_latency)
@@ -193,8 +206,8 @@ def sample_episodes(task: TaskSpec, eff: Efficiency, rng: Optional[np.random.Gen
         s2 = math.log1p(eff.tool_cv**2)
         z = _std_normal(total, rng, stream=2)
         tools = np.exp(math.log(tool_mean) - s2 / 2 + math.sqrt(s2) * z)
-    tg, to, tt = _truncate_episodes(prompt, turns, gens, obs, tools, task.max_response_tokens, limit)
-    return Episodes(prompt=prompt, turn_gen=tg, turn_obs=to, turn_tool=tt, multi=True)
+    off, g, o, t = _truncate_episodes(prompt, turns, gens, obs, tools, task.max_response_tokens, limit)
+    return Episodes(prompt=prompt, turns=FlatTurns(np.asarray(prompt, dtype=np.int64), off, g, o, t))
 
 
 def _truncate_episodes(
@@ -205,13 +218,14 @@ def _truncate_episodes(
     tools: np.ndarray,
     budget0: int,
     limit: int,
-) -> tuple[list, list, list]:
-    """Each episode's turns, cut where its response budget or context runs out.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each episode's turns, cut where its response budget or context runs out, as flat arrays
+    (episode offsets, generated tokens, observation tokens, tool seconds per kept turn).
 
     Turns before an episode's first cut are taken as drawn; the cumulative sums find that turn
-    for all episodes at once (the sums are exact: token counts are integers), and only the cut
-    turn itself is worked out one by one: generation clipped to what is left, the observation
-    clipped to the context, the episode ended there."""
+    for all episodes at once (the sums are exact: token counts are integers). The cut turn keeps
+    its generation clipped to what is left and its observation clipped to the context, and ends
+    the episode; an episode left with no turn keeps one token of its first."""
     n, total = len(turns), int(turns.sum())
     offs = np.zeros(n, dtype=np.int64)
     np.cumsum(turns[:-1], out=offs[1:])
@@ -222,6 +236,8 @@ def _truncate_episodes(
         c = np.cumsum(x) - x
         return c - c[offs][ep_of]
 
+    gens, obs = np.asarray(gens, dtype=np.int64), np.asarray(obs, dtype=np.int64)
+    tools = np.asarray(tools, dtype=np.float64)
     ctx = prompt.astype(np.int64)[ep_of] + before(gens + obs)  # context before each turn's generation
     left = budget0 - before(gens)  # response budget left at each turn
     # A turn is cut, or ends its episode, when its generation uses up the budget or its generation
@@ -229,24 +245,21 @@ def _truncate_episodes(
     # generation clipped by the context).
     cut = (gens >= left) | (ctx + gens + obs >= limit - 1)
     first = np.minimum.reduceat(np.where(cut, np.arange(total), total), offs)
-    clean = np.minimum(first, offs + turns) - offs
-    gl, ol, tl = gens.tolist(), obs.tolist(), tools.tolist()
-    ctx_l, left_l = ctx.tolist(), left.tolist()
-    tg, to, tt = [], [], []
-    for a, c, k in zip(offs.tolist(), clean.tolist(), turns.tolist()):
-        gg, oo, ttl = gl[a : a + c], ol[a : a + c], tl[a : a + c]
-        if c < k:  # the cut turn
-            j = a + c
-            cx = ctx_l[j]
-            gj = min(gl[j], left_l[j], limit - cx - 1)
-            if gj > 0:
-                gg.append(gj)
-                cx += gj
-                oo.append(min(ol[j], max(0, limit - cx - 1)))
-                ttl.append(tl[j])
-        if not gg:
-            gg, oo, ttl = [1], [0], [tl[a]]
-        tg.append(gg)
-        to.append(oo)
-        tt.append(ttl)
-    return tg, to, tt
+    clean = np.minimum(first, offs + turns) - offs  # whole turns kept per episode
+    # the cut turn: generation clipped to the budget and context left, kept if anything is left
+    has_cut = clean < turns
+    j = np.minimum(offs + clean, total - 1)
+    gj = np.minimum(np.minimum(gens[j], left[j]), limit - ctx[j] - 1)
+    add = has_cut & (gj > 0)
+    oj = np.minimum(obs[j], np.maximum(0, limit - (ctx[j] + gj) - 1))
+    g, o = gens.copy(), obs.copy()
+    g[j[add]], o[j[add]] = gj[add], oj[add]
+    rank = np.arange(total) - offs[ep_of]  # turn number within its episode
+    keep = rank < (clean + add)[ep_of]
+    empty = (clean == 0) & ~add  # nothing left: one token, no observation, the first turn's tool time
+    g[offs[empty]], o[offs[empty]] = 1, 0
+    keep[offs[empty]] = True
+    lens = np.maximum(clean + add, 1)
+    off = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lens, out=off[1:])
+    return off, g[keep], o[keep], tools[keep]
