@@ -377,12 +377,16 @@ def candidates(
 
 
 def expected_improvement(incumbent: float, cands: list[Candidate]) -> np.ndarray:
-    """Expected improvement of each candidate's objective over the incumbent's, under its forecast
-    (normal, mean `objective`, sd `objective_std`)."""
-    mu = np.array([c.objective for c in cands])
-    sd = np.maximum(np.array([c.objective_std for c in cands]), 1e-9)
-    z = (incumbent - mu) / sd
-    return (incumbent - mu) * _ncdf(z) + sd * _npdf(z)
+    """Expected improvement of each candidate's objective over the incumbent's, under its forecast.
+
+    The forecaster's uncertainty is multiplicative (log-space corrections to the physics), so the
+    objective is lognormal: median `objective`, log-sd `objective_std / objective`. A wide forecast
+    well above the incumbent then has little mass below it; a normal of the same sd would put much
+    there (and some below zero) and rank a layout forecast 3x slower at +-85% above a sure 5% gain."""
+    med = np.maximum(np.array([c.objective for c in cands]), 1e-12)
+    sig = np.maximum(np.array([c.objective_std for c in cands]) / med, 1e-9)
+    z = (math.log(max(incumbent, 1e-12)) - np.log(med)) / sig
+    return incumbent * _ncdf(z) - med * np.exp(0.5 * sig * sig) * _ncdf(z - sig)
 
 
 def noisy_trial_value(cands: list[Candidate], measurement_sd: float) -> list[Candidate]:
@@ -401,11 +405,6 @@ def noisy_trial_value(cands: list[Candidate], measurement_sd: float) -> list[Can
 
 def _ncdf(z):
     return 0.5 * (1.0 + np.vectorize(math.erf)(np.asarray(z) / math.sqrt(2.0)))
-
-
-def _npdf(z):
-    z = np.asarray(z)
-    return np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
 
 
 def flat_key(k: dict, budget: int, gpn: int) -> str:
