@@ -390,3 +390,23 @@ def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
     truth = gen[1] / gen[0]
     assert abs(cut[1] / cut[0] - truth) < 0.1 * truth
     assert abs(uncut[1] / uncut[0] - truth) > 0.2 * truth
+
+
+def test_a_side_hidden_behind_the_other_adds_little_to_the_step_uncertainty():
+    """Synchronous: the phases add, so do their variances. One step off: the trainer's passes run
+    behind a longer rollout, so their uncertainty barely moves the step; the rollout's moves it fully."""
+    from rltune.tuner.forecast import step_variance
+
+    k = RLConfig.model_validate({"placement": "colocated", "async": {"staleness": 0}}).flat()
+    ph = {"generation": 800.0, "old_logprob": 100.0, "ref_logprob": 0.0, "training": 300.0, "weight_sync": 5.0}
+    sd = {"generation": 0.1, "old_logprob": 0.3, "training": 0.3, "weight_sync": 0.3}
+    assert step_variance(k, ph, sd) == pytest.approx(80.0**2 + 30.0**2 + 90.0**2 + 1.5**2)
+    off = k | {"placement": "disaggregated", "trainerGpus": 8, "async.staleness": 1}
+    trainer_only = step_variance(off, ph, {"training": 0.3, "old_logprob": 0.3})
+    rollout_only = step_variance(off, ph, {"generation": 0.1})
+    assert math.sqrt(trainer_only) < 0.2 * math.hypot(30.0, 90.0)  # 400 s behind 800 s: hidden
+    assert math.sqrt(rollout_only) == pytest.approx(80.0, rel=0.1)  # the rollout sets the step
+    # balanced sides: a trainer that may become the longer side counts again
+    balanced = ph | {"training": 700.0}
+    balanced_trainer = step_variance(off, balanced, {"training": 0.3, "old_logprob": 0.3})
+    assert math.sqrt(balanced_trainer) > 0.3 * math.hypot(30.0, 210.0)

@@ -11,9 +11,9 @@ knobs that quantity depends on. Every trial thus teaches per-knob multiplicative
 that transfer to untried combinations; a knob value never measured keeps the physics' view and
 its prior uncertainty. The composed step time gets one more such model over all knobs (tighter
 prior) that absorbs what the overlap model gets wrong. Uncertainty is the posterior predictive
-sd, propagated through the phase sum. Each observation is weighted by its own precision (its
-steps' spread: a trial with a straggling step teaches less). Re-fitted from the observation list
-on every call.
+sd, propagated through the composition (step_variance: a side hidden behind the other adds
+little). Each observation is weighted by its own precision (its steps' spread: a trial with a
+straggling step teaches less). Re-fitted from the observation list on every call.
 
 Memory. Whether a configuration fits is a probability (rltune.tuner.memfit): the physics memory
 model's limits are uncertain, and measured fits and out-of-memory failures (trainer-side,
@@ -134,6 +134,36 @@ def features(k: dict, gpus: int, gt: int, gr: int, preempt: float = 0.0) -> dict
             "m:preempt": preempt,
         }
     )
+
+
+# The sides of a step as physics.compose adds or overlaps them: the rollout, the trainer's passes, the sync.
+STEP_SIDES = (("generation",), ("old_logprob", "ref_logprob", "training"), ("weight_sync",))
+
+
+def step_variance(k: dict, phases: dict[str, float], rel_sd: dict[str, float]) -> float:
+    """Variance (seconds^2) of the composed step from its calibrated phases' relative sds.
+
+    Where the composition adds the phases (synchronous, colocated) it is the sum of their
+    variances. Where one side overlaps the other (disaggregated with staleness >= 1) a side hidden
+    behind the other barely moves the step, so each side counts by how much the step moves when
+    that side moves by one sd: the secant of physics.compose through -1 and +1 sd (through a kink,
+    where the sides balance, a secant counts the side that may become the longer one, which a
+    derivative at the point would not)."""
+    sds = {p: phases.get(p, 0.0) * rel_sd.get(p, 0.0) for p in rel_sd}
+    if not (k["placement"] == "disaggregated" and k["async.staleness"] >= 1):
+        return sum(v * v for v in sds.values())
+    var = 0.0
+    for side in STEP_SIDES:
+        total = sum(phases.get(p, 0.0) for p in side)
+        sd = math.sqrt(sum(sds.get(p, 0.0) ** 2 for p in side))
+        if total <= 0.0 or sd <= 0.0:
+            continue
+        moved = []
+        for sign in (-1.0, 1.0):
+            f = max(0.0, 1.0 + sign * sd / total)
+            moved.append(physics.compose(phases | {p: phases.get(p, 0.0) * f for p in side}, k)[0])
+        var += (0.5 * (moved[1] - moved[0])) ** 2
+    return var
 
 
 @dataclass
@@ -486,9 +516,7 @@ class Forecaster:
             bd, f = bds[j], feats[j]
             step, phases = self._compose_calibrated(k, bd, f, factors, j)
             if self.calibrated and self.step_correction is not None:
-                var = 0.0
-                for p, (_m, s) in factors.items():
-                    var += (phases.get(p, 0.0) * s[j]) ** 2
+                var = step_variance(k, phases, {p: s[j] for p, (_m, s) in factors.items()})
                 step *= math.exp(sm[j])
                 rel = math.sqrt(var) / max(step, 1e-9)
                 std = step * math.sqrt(rel**2 + ss[j] ** 2)
