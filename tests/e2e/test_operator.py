@@ -200,7 +200,14 @@ def test_twin_demo_end_to_end(bed, namespace, operator):
     )
     search = [t for t in st2["trials"] if t["kind"] == "search"]
     assert st2["trialsDone"].endswith("/10")
-    assert len(search) == 10 or "expected gain" in st2["message"] or "exhausted" in st2["message"], st2["message"]
+    if len(search) < 10:
+        # the search may end before the raised budget; then it says why (the confirmation's message
+        # replaces the phase message, so the reason is in a SearchEnded event)
+        ev2 = kubectl(
+            env, "get", "events", "-n", namespace, "--field-selector", "involvedObject.kind=RLTuningJob", "-o", "json"
+        ).stdout
+        ended = [e["message"] for e in json.loads(ev2)["items"] if e["reason"] == "SearchEnded"]
+        assert any("pays for itself" in m or "exhausted" in m for m in ended), (len(search), ended, st2["message"])
     # no pod name was ever created twice
     dups = [n for n, k in pod_creations(bed, namespace).items() if k > 1]
     assert not dups, dups
