@@ -10,6 +10,7 @@ from test_tuner_fixtures import job, steps
 
 from rltune.api.models import RLConfig
 from rltune.tuner import Forecaster, physics, summarize
+from rltune.tuner.forecast import step_variance
 from rltune.tuner.physics import longest_response, task_facts, truncated_at, truncated_mean
 from rltune.twin.core import make_plan, simulate_one_step
 
@@ -395,8 +396,6 @@ def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
 def test_a_side_hidden_behind_the_other_adds_little_to_the_step_uncertainty():
     """Synchronous: the phases add, so do their variances. One step off: the trainer's passes run
     behind a longer rollout, so their uncertainty barely moves the step; the rollout's moves it fully."""
-    from rltune.tuner.forecast import step_variance
-
     k = RLConfig.model_validate({"placement": "colocated", "async": {"staleness": 0}}).flat()
     ph = {"generation": 800.0, "old_logprob": 100.0, "ref_logprob": 0.0, "training": 300.0, "weight_sync": 5.0}
     sd = {"generation": 0.1, "old_logprob": 0.3, "training": 0.3, "weight_sync": 0.3}

@@ -1,5 +1,8 @@
 """Search: validity, de-duplication, the GPU budget, staleness limit, frozen knobs, TaskSpec untouched."""
 
+import dataclasses
+
+import numpy as np
 import pytest
 from test_tuner_fixtures import job, steps
 
@@ -7,7 +10,7 @@ from rltune.api.models import TaskSpec
 from rltune.api.status import FailureCause, TrialState
 from rltune.tuner import Tuner, baseline_record, summarize
 from rltune.tuner.knobs import CATALOG
-from rltune.tuner.search import Space
+from rltune.tuner.search import Candidate, Space, expected_improvement
 
 PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 
@@ -102,8 +105,6 @@ def test_batch_is_diverse_and_unique():
 
 
 def test_space_lists_unknown_knob_clearly():
-    import pytest
-
     with pytest.raises(ValueError, match="unknown knob"):
         Space(job(searchSpace={"knobs": {"rollout.bogus": [1]}}))
 
@@ -111,11 +112,6 @@ def test_space_lists_unknown_knob_clearly():
 def test_expected_improvement_treats_the_forecast_as_multiplicative():
     """The forecaster's uncertainty is log-space: a layout forecast 3x slower than the incumbent at
     +-85% is worth less than a sure 5% gain, where a normal of the same sd would rank it first."""
-    import dataclasses
-
-    import numpy as np
-
-    from rltune.tuner.search import Candidate, expected_improvement
 
     def cand(objective: float, sd: float) -> Candidate:
         return Candidate({}, objective, sd, objective, sd, 8, {}, 1.0, "")

@@ -136,10 +136,6 @@ def features(k: dict, gpus: int, gt: int, gr: int, preempt: float = 0.0) -> dict
     )
 
 
-# The sides of a step as physics.compose adds or overlaps them: the rollout, the trainer's passes, the sync.
-STEP_SIDES = (("generation",), ("old_logprob", "ref_logprob", "training"), ("weight_sync",))
-
-
 def step_variance(k: dict, phases: dict[str, float], rel_sd: dict[str, float]) -> float:
     """Variance (seconds^2) of the composed step from its calibrated phases' relative sds.
 
@@ -150,10 +146,10 @@ def step_variance(k: dict, phases: dict[str, float], rel_sd: dict[str, float]) -
     where the sides balance, a secant counts the side that may become the longer one, which a
     derivative at the point would not)."""
     sds = {p: phases.get(p, 0.0) * rel_sd.get(p, 0.0) for p in rel_sd}
-    if not (k["placement"] == "disaggregated" and k["async.staleness"] >= 1):
+    if not physics.overlapped(k):
         return sum(v * v for v in sds.values())
     var = 0.0
-    for side in STEP_SIDES:
+    for side in physics.STEP_SIDES:
         total = sum(phases.get(p, 0.0) for p in side)
         sd = math.sqrt(sum(sds.get(p, 0.0) ** 2 for p in side))
         if total <= 0.0 or sd <= 0.0:

@@ -714,6 +714,15 @@ def task_facts_cached(t: TaskSpec) -> TaskFacts:
 MINI_BATCHES = 4
 
 
+# The sides of a step as compose adds or overlaps them: the rollout, the trainer's passes, the sync.
+STEP_SIDES = (("generation",), ("old_logprob", "ref_logprob", "training"), ("weight_sync",))
+
+
+def overlapped(k: dict) -> bool:
+    """Whether the next batch's rollout overlaps this batch's training (disaggregated, staleness >= 1)."""
+    return k["placement"] == "disaggregated" and k["async.staleness"] >= 1
+
+
 def compose(phases: dict[str, float], k: dict) -> tuple[float, dict]:
     """Step time from work phases under the configuration's placement and staleness.
 
@@ -722,11 +731,9 @@ def compose(phases: dict[str, float], k: dict) -> tuple[float, dict]:
     Disaggregated with staleness >= 1: the next batch's rollout overlaps this batch's training
     (one-step-off / fully async), so the step is the longer side plus the sync.
     """
-    roll = phases.get("generation", 0.0)
-    train = phases.get("old_logprob", 0.0) + phases.get("ref_logprob", 0.0) + phases.get("training", 0.0)
-    sync = phases.get("weight_sync", 0.0)
+    roll, train, sync = (sum(phases.get(p, 0.0) for p in side) for side in STEP_SIDES)
     out = dict(phases)
-    if k["placement"] == "disaggregated" and k["async.staleness"] >= 1:
+    if overlapped(k):
         # how far the rollout may run ahead: verl's fractional bound, else the staleness itself
         frac = k.get("async.staleFraction")
         pipe = pipeline_step(
