@@ -293,6 +293,11 @@ if __name__ == "__main__":
 # baselines in either placement, tasks with and without a tool-latency hint, and the simulated
 # cluster's efficiency factors perturbed by 20-40% each way.
 GEN_SEED = 20261130
+# A confirmation draw from the same families (docs/benchmark.md "Fresh generated jobs"): its seed was
+# fixed, and this line committed, before any method ran on it. It is for reporting only: a change is
+# chosen on the two sets above and then shown here; once a choice has been made by looking at it, the
+# next confirmation needs a new seed (and a new prefix), or it has stopped being one.
+FRESH_SEED = 20261204
 GEN_MODELS = ("qwen2.5-7b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air", "seed-27b-dense")
 GEN_GPUS = (("H100", 8), ("H200", 8), ("B200", 8), ("B300", 8), ("GB200", 4))
 GEN_BUDGETS = (16, 32, 48, 64)
@@ -363,9 +368,9 @@ def _gen_scenario(rng, agentic: bool, moe: bool) -> dict:
     return sc
 
 
-def generated_jobs(n: int = 10, seed: int = GEN_SEED) -> list[dict]:
-    """`n` jobs drawn with a fixed seed; each redrawn until its baseline runs on the twin and its
-    space is small enough for the exhaustive oracle."""
+def generated_jobs(n: int = 10, seed: int = GEN_SEED, prefix: str = "gen") -> list[dict]:
+    """`n` jobs drawn with a fixed seed (named `prefix`-NN-...); each redrawn until its baseline runs
+    on the twin and its space is small enough for the exhaustive oracle."""
     import random
     import sys
 
@@ -394,7 +399,7 @@ def generated_jobs(n: int = 10, seed: int = GEN_SEED) -> list[dict]:
         cap = GEN_SPACE_MAX if task["kind"] == "math" else GEN_SPACE_MAX_AGENTIC
         knobs = _gen_space(rng, arch, gpn, budget, big)
         placement = rng.choice(["colocated", "disaggregated"])
-        name = f"gen-{len(out) + 1:02d}-{preset}-{gpu.lower()}-{task['kind'].split('-')[-1]}"
+        name = f"{prefix}-{len(out) + 1:02d}-{preset}-{gpu.lower()}-{task['kind'].split('-')[-1]}"
         job = _job(
             name,
             preset,
@@ -447,3 +452,8 @@ def generated_jobs(n: int = 10, seed: int = GEN_SEED) -> list[dict]:
             continue
         out.append(job)
     return out
+
+
+def fresh_jobs(n: int = 10) -> list[dict]:
+    """The confirmation draw (FRESH_SEED): the generated families, on jobs no choice has looked at."""
+    return generated_jobs(n, FRESH_SEED, "fresh")

@@ -1,9 +1,11 @@
 """Tuner benchmark: rltune vs five rivals vs the exhaustive oracle, on two job sets (docs/benchmark.md).
 
-    python -m bench.run [--set seed|generated|both] [--jobs NAME,...] [--seeds 10] [--gen-seeds 10]
+    python -m bench.run [--set seed|generated|both|fresh] [--jobs NAME,...] [--seeds 10] [--gen-seeds 10]
 
 Two job sets (bench/jobs.py): the eight seed-shaped jobs and a generated set drawn with a fixed
-seed from scenario families the eight do not cover. For each job, side by side:
+seed from scenario families the eight do not cover; changes are chosen on both. A third, `--set
+fresh`, is a confirmation draw from the generated families that no choice has looked at (reported,
+never chosen on; not part of `both`). For each job, side by side:
 - the yardstick: every configuration is judged by the mean of EXPECT_SAMPLES noisy steady twin
   steps with common random numbers (Runner.true), what a production run averages;
 - baseline: the job's starting configuration on the yardstick;
@@ -40,7 +42,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from bench.jobs import generated_jobs  # noqa: E402
+from bench.jobs import fresh_jobs, generated_jobs  # noqa: E402
 from bench.jobs import jobs as bench_jobs  # noqa: E402
 from rltune import twin  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
@@ -780,10 +782,11 @@ def write_markdown(
 
 
 def select_jobs(names: Optional[str], job_set: str = "seed") -> list[dict]:
-    """The jobs of a set ("seed": the eight seed-shaped jobs; "generated": bench.jobs.generated_jobs)
-    that a comma-separated --jobs value names (with or without the "bench-" prefix); all when empty."""
+    """The jobs of a set ("seed": the eight seed-shaped jobs; "generated": bench.jobs.generated_jobs;
+    "fresh": bench.jobs.fresh_jobs) that a comma-separated --jobs value names (with or without the
+    "bench-" prefix); all when empty."""
     sel = set(names.split(",")) if names else None
-    pool = bench_jobs() if job_set == "seed" else generated_jobs()
+    pool = {"seed": bench_jobs, "generated": generated_jobs, "fresh": fresh_jobs}[job_set]()
     return [
         j for j in pool if not sel or j["metadata"]["name"] in sel or j["metadata"]["name"].replace("bench-", "") in sel
     ]
@@ -844,15 +847,25 @@ def merge_set(path: Path, todo: list[dict], seeds: int, budgets: list[int], meth
 SETS = {
     "seed": ("results", "The eight seed-shaped jobs", "results.json"),
     "generated": ("generated", "Generated jobs (bench.jobs.generated_jobs, fixed seed)", "results-generated.json"),
+    "fresh": (
+        "fresh",
+        "Fresh generated jobs (bench.jobs.fresh_jobs: a confirmation draw, never chosen on)",
+        "results-fresh.json",
+    ),
 }
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    ap.add_argument("--set", choices=["seed", "generated", "both"], default="both", help="which job set(s)")
+    ap.add_argument(
+        "--set",
+        choices=["seed", "generated", "both", "fresh"],
+        default="both",
+        help="which job set(s); both = seed + generated, the sets changes are chosen on",
+    )
     ap.add_argument("--jobs", help="comma-separated job names (default: the whole set)")
     ap.add_argument("--seeds", type=int, default=10, help="seeds per job of the seed-shaped set")
-    ap.add_argument("--gen-seeds", type=int, default=10, help="seeds per job of the generated set")
+    ap.add_argument("--gen-seeds", type=int, default=10, help="seeds per job of the generated and fresh sets")
     ap.add_argument("--budgets", default="4,8,16")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmark.md")
     ap.add_argument("--json-dir", default=str(ROOT / "bench"))

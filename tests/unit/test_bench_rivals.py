@@ -1,9 +1,10 @@
 """The benchmark's rivals, its generated job set and its tuning-cost figures (bench/run.py, bench/jobs.py)."""
 
 import dataclasses
+import json
 
 import pytest
-from bench.jobs import generated_jobs, jobs
+from bench.jobs import fresh_jobs, generated_jobs, jobs
 from bench.run import (
     RIVALS,
     best_after,
@@ -110,3 +111,13 @@ def test_generated_jobs_are_fixed_valid_and_apart_from_the_seed_jobs():
         j["spec"]["workload"]["task"].get("toolLatencySeconds") is None for j in a if "coding" in j["metadata"]["name"]
     )
     assert len({j["metadata"]["name"] for j in a}) == len(a)
+
+
+def test_the_fresh_draw_is_fixed_and_shares_no_job_with_the_generated_set():
+    fresh, gen = fresh_jobs(), generated_jobs()
+    assert fresh == fresh_jobs() and len(fresh) == 10
+    assert all(j["metadata"]["name"].startswith("fresh-") for j in fresh)
+    specs = {json.dumps(j["spec"], sort_keys=True) for j in gen}
+    assert not any(json.dumps(j["spec"], sort_keys=True) in specs for j in fresh)
+    for j in fresh:
+        RLTuningJobSpec.model_validate(j["spec"])
