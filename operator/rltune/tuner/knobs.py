@@ -221,7 +221,8 @@ CATALOG: list[Knob] = [
         "int",
         16384,
         lambda s, m: [8192, 16384, 32768],
-        ">= max prompt + response tokens is not required (dynamic batch packs), activation memory must fit",
+        "verl: >= max prompt + response / cp (its adapter checks); elsewhere a longer sequence forms its own "
+        "micro-batch, so activation memory follows the longest sequence and must fit",
         "bigger micro-batches raise GEMM efficiency and shrink the pipeline bubble, cost activation memory",
         features={"mbt": _log2},
         prior_sd={"trainer": 0.2},
