@@ -132,6 +132,8 @@ class TrialMetrics:
                 logprob_mismatch=rec.logprob_mismatch,
                 kv_usage=rec.kv_usage,
                 preemptions=rec.preemptions,
+                trainer_memory=rec.trainer_memory,
+                longest_sequence=rec.longest_sequence,
                 warmup=idx < self.warmup_steps,
             )
             self.steps.append((out, frozenset(missing)))

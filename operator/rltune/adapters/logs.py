@@ -53,6 +53,9 @@ FRAMEWORKS = ("verl", "openrlhf")
 
 # contract fields of StepRecord other than duration and phases: contract name -> attribute
 FIELDS = STEP_FIELDS
+# contract gauges no parser maps yet: verl prints perf/max_memory_reserved_gb and
+# response_length/max, but the memory is in GB, not the share of the GPU the contract needs
+UNMAPPED = frozenset({"step_trainer_memory_ratio", "step_longest_sequence_tokens"})
 
 
 def phase_key(phase: str) -> str:
@@ -234,6 +237,7 @@ def verl_record(step: int, m: dict[str, float]) -> tuple[StepRecord, set[str]]:
     else:
         missing.add("step_preemptions")
     missing.add("step_kv_cache_usage_ratio")  # verl prints no KV-cache usage
+    missing |= UNMAPPED
     return rec, missing
 
 
@@ -284,7 +288,7 @@ def openrlhf_record(step: int, m: dict[str, float], is_async: bool) -> tuple[Ste
         rec.logprob_mismatch = abs(kl)
     else:
         missing.add("step_logprob_mismatch")
-    missing |= {"step_kv_cache_usage_ratio", "step_preemptions"}
+    missing |= {"step_kv_cache_usage_ratio", "step_preemptions"} | UNMAPPED
     return rec, missing
 
 

@@ -41,6 +41,10 @@ STEP_METRICS = {
     "step_logprob_mismatch": "Mean |log p_rollout - log p_trainer| per generated token.",
     "step_kv_cache_usage_ratio": "Peak fraction of the rollout KV cache in use during the step.",
     "step_preemptions": "Rollout requests preempted (KV evicted, prefill recomputed) in the step.",
+    "step_trainer_memory_ratio": "Peak trainer GPU memory in use during the step / the GPU's memory "
+    "(torch.cuda.max_memory_reserved over total; verl logs it as perf/max_memory_reserved_gb). 0: not measured.",
+    "step_longest_sequence_tokens": "Tokens of the longest sequence (prompt + response, or a whole agentic "
+    "episode) the trainer held in the step. 0: not measured.",
     "step_warmup": "1 if the step is a warm-up step (excluded from scoring), else 0.",
 }
 
@@ -61,6 +65,8 @@ STEP_FIELDS = {
     "step_logprob_mismatch": "logprob_mismatch",
     "step_kv_cache_usage_ratio": "kv_usage",
     "step_preemptions": "preemptions",
+    "step_trainer_memory_ratio": "trainer_memory",
+    "step_longest_sequence_tokens": "longest_sequence",
 }
 
 TRIAL_RUNNING, TRIAL_SUCCEEDED, TRIAL_FAILED = 0, 1, 2
@@ -89,6 +95,8 @@ class StepRecord:
     logprob_mismatch: float = 0.0
     kv_usage: float = 0.0
     preemptions: float = 0.0
+    trainer_memory: float = 0.0  # peak trainer memory / GPU memory (0: not measured)
+    longest_sequence: float = 0.0  # tokens of the longest trained sequence (0: not measured)
     warmup: bool = False
 
 

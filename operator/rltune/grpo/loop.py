@@ -91,6 +91,18 @@ def engine_kwargs(spec: TrialSpec, model_dir: str, max_model_len: int, on_gpu: b
 # --------------------------------------------------------------------------- trainer math
 
 
+def _trainer_memory(device) -> float:
+    """Peak memory the trainer reserved since the last call / the GPU's memory; 0 on the CPU, where
+    the contract's gauge means "not measured" (a host process has no fixed memory to run out of)."""
+    import torch
+
+    if getattr(device, "type", str(device)) != "cuda" or not torch.cuda.is_available():
+        return 0.0
+    peak = torch.cuda.max_memory_reserved(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return float(peak) / float(torch.cuda.get_device_properties(device).total_memory)
+
+
 def _pad_batch(seqs: list[list[int]], device) -> tuple[Any, Any]:
     import torch
 
@@ -396,6 +408,8 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
                     logprob_mismatch=mismatch,
                     kv_usage=float(batch["kv_usage"]),
                     preemptions=float(batch["preemptions"]),
+                    trainer_memory=_trainer_memory(device),
+                    longest_sequence=float(max(len(s) for s in seqs)),
                     warmup=k < spec.warmup_steps,
                 )
             )

@@ -111,6 +111,8 @@ class TrialExporter:
         g["step_logprob_mismatch"].labels(**lab).set(rec.logprob_mismatch)
         g["step_kv_cache_usage_ratio"].labels(**lab).set(rec.kv_usage)
         g["step_preemptions"].labels(**lab).set(rec.preemptions)
+        g["step_trainer_memory_ratio"].labels(**lab).set(rec.trainer_memory)
+        g["step_longest_sequence_tokens"].labels(**lab).set(rec.longest_sequence)
         g["step_warmup"].labels(**lab).set(1 if rec.warmup else 0)
         self.steps.labels(**self.labels).inc()
         self.push()

@@ -18,7 +18,7 @@ from ..api.metrics import StepRecord
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..api.status import FailureCause, TrialState
 from . import gates as G
-from . import physics
+from . import headroom, physics
 from .forecast import ALL_FEATS, NOISE_SD, Forecaster, Prediction, features
 from .profile import Profile, profile
 from .records import config_changes, objective_of
@@ -104,7 +104,12 @@ class Tuner:
                 and r.state in (TrialState.SUCCEEDED, TrialState.REJECTED, TrialState.STOPPED)
             ):
                 self._obs.append(r)
-        self._ooms = [(r.config, r.reason) for r in self.history if r.cause == FailureCause.OUT_OF_MEMORY]
+        # out of memory, or forecast to be on the run's longest sequence (the memory gate)
+        self._ooms = [(r.config, r.reason) for r in self.history if r.cause == FailureCause.OUT_OF_MEMORY] + [
+            (r.config, r.gates["memory"].detail)
+            for r in self.history
+            if r.state == TrialState.REJECTED and "memory" in r.gates and not r.gates["memory"].passed
+        ]
         self.forecaster = Forecaster(spec, [(r.config, r.summary) for r in self._obs], self._ooms)
         self.tried = {flat_key(r.config.flat(), self.budget, self.gpn) for r in self.history}
         self.tried.add(flat_key(baseline.config.flat(), self.budget, self.gpn))
@@ -345,6 +350,8 @@ class Tuner:
         is_base = record.id == self.baseline.id
         base_sum = None if is_base else self.baseline.summary
         rec.gates = G.evaluate(summary, base_sum, self.spec.constraints, confirmation=confirmation)
+        if not is_base and "steps" in rec.gates and rec.gates["steps"].passed:
+            rec.gates["memory"] = headroom.gate(self.spec, rec.config, summary)
         if rec.gpus == 0:
             rec.gpus = rec.config.gpus or self.budget
         if summary.failed or summary.steps == 0:

@@ -271,7 +271,10 @@ class Forecaster:
             colocated_max=physics.DEFAULT_LIMITS.colocated_max,
         )
         # (the memory fractions do not depend on the limits: one breakdown per measurement serves both)
-        fits = [self.raw(cfg.flat()) for cfg, _ in self.obs]
+        # (a configuration that ran but will run out of memory on a longer sequence is no proof of fit)
+        oom_failures = list(oom_failures)
+        short = [cfg.flat() for cfg, _ in oom_failures]
+        fits = [self.raw(k) for k in (cfg.flat() for cfg, _ in self.obs) if k not in short]
         for bd in fits:
             lim["trainer_max"] = max(lim["trainer_max"], bd.trainer_mem_frac)
             lim["rollout_min_free"] = min(lim["rollout_min_free"], bd.rollout_free_frac)

@@ -7,6 +7,8 @@ Gates (each returns a verdict text; a trial passing all is `succeeded`, otherwis
 - staleness: max observed policy-version lag <= constraints.maxStaleness.
 - mismatch:  mean rollout-vs-trainer log-prob mismatch <= constraints.maxLogprobMismatch
              (mean over steady-state steps; verl's rollout_probs_diff_mean, OpenRLHF vllm_kl).
+- memory:    (rltune.tuner.headroom, added by Tuner.judge for search trials) the trial's measured
+             trainer peak, carried to the planned run's longest sequence, stays within the GPU.
 - reward:    a one-sided test of the candidate's per-step mean rewards against the baseline's
              (steady-state steps; `reward_test`). The relative drop D = (mean_b - mean_c) / |mean_b|
              is estimated with a trend-adjusted two-sample t model: both trials share one linear

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
+from typing import Optional
 
 from ..api.hardware import GPU
 from ..api.hardware import gpu as gpu_lookup
@@ -194,6 +195,37 @@ def task_facts(t: TaskSpec) -> TaskFacts:
         t.kind == "agentic-coding",
         float(turns) * float(tool) / max(mean_len, 1.0) if t.kind == "agentic-coding" else 0.0,
     )
+
+
+def response_quantile(tf: TaskFacts, q: float) -> float:
+    """The q-quantile of the task's response length (lognormal with its mean and CV), capped at the
+    maximum response."""
+    mu, s = _lognormal(tf)
+    return min(tf.max_len, math.exp(mu + s * NormalDist().inv_cdf(q)))
+
+
+def trainer_mem_at(
+    model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, k: dict, budget: int, seq_tokens: float
+) -> Optional[float]:
+    """The trainer's peak memory / HBM of configuration `k` when its largest micro-batch holds one
+    `seq_tokens`-token sequence (None where the physics refuses the layout)."""
+    mf, tf = facts_cached(model), task_facts_cached(task)
+    _, gt, _ = split(k, budget, gpus_per_node)
+    tr = trainer_part(
+        mf,
+        tf,
+        gpu_type,
+        gt,
+        k["trainer.tp"],
+        k["trainer.pp"],
+        k["trainer.cp"],
+        k["trainer.ep"],
+        k["trainer.microBatchTokens"],
+        k["trainer.recompute"],
+        k["trainer.offload"],
+        seq_tokens,
+    )
+    return tr.mem_frac if tr.feasible else None
 
 
 def _lognormal(tf: TaskFacts) -> tuple[float, float]:
@@ -471,8 +503,11 @@ def trainer_part(
     mbt: int,
     recompute: str,
     offload: bool,
+    seq_tokens: float = 0.0,
 ) -> TrainerPart:
-    """The trainer half on `gpus_t` GPUs (cached: a search space is a product of halves)."""
+    """The trainer half on `gpus_t` GPUs (cached: a search space is a product of halves). Memory is
+    sized for a micro-batch of mbt tokens, or for one sequence of `seq_tokens` if longer (a sequence
+    is never split across micro-batches; rltune.tuner.headroom carries a measured peak with it)."""
     g = gpu_lookup(gname)
     if gpus_t % (tp * pp * cp):
         return TrainerPart.refused(f"tp*pp*cp={tp * pp * cp} does not divide {gpus_t} trainer GPUs")
@@ -527,7 +562,7 @@ def trainer_part(
     ex_gpu = routed / (max(ep, 1) * pp) if mf.moe_layers else 0.0
     edp = max(1, gpus_t // (max(ep, 1) * pp))
     state = model_state_bytes(ne_gpu, ex_gpu, dp * cp, edp, offload)
-    s = mbt / cp
+    s = max(mbt, seq_tokens) / cp
     h = mf.hidden
     per_layer = {
         "none": 34.0 * s * h / tp + 5.0 * mf.heads * s * min(s, seq) / tp * 0.1,

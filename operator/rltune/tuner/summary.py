@@ -43,6 +43,12 @@ class TrialSummary(TunerModel):
     kv_usage_max: float = 0.0
     kv_usage_mean: float = 0.0
     preemptions_mean: float = 0.0
+    trainer_memory_max: float = Field(
+        0.0, description="Largest peak trainer memory / GPU memory of any step, warm-up included (0: not measured)."
+    )
+    longest_sequence_max: float = Field(
+        0.0, description="Tokens of the longest sequence any step trained, warm-up included (0: not measured)."
+    )
     rewards: list[float] = Field(default_factory=list, description="Per-step mean reward (steady-state steps).")
     nan: bool = Field(False, description="A NaN/inf was reported in any scored value.")
     failed: bool = Field(False, description="No steady-state step was measured.")
@@ -111,6 +117,8 @@ def summarize(steps: list[StepRecord]) -> TrialSummary:
         kv_usage_max=max(kv),
         kv_usage_mean=sum(kv) / n,
         preemptions_mean=sum(s.preemptions for s in steady) / n,
+        trainer_memory_max=max((s.trainer_memory for s in steps if _finite(s.trainer_memory)), default=0.0),
+        longest_sequence_max=max((s.longest_sequence for s in steps if _finite(s.longest_sequence)), default=0.0),
         rewards=[s.reward for s in steady],
         nan=nan,
         failed=False,

@@ -182,6 +182,8 @@ class StepResult:
     staleness: float
     kv_usage: float
     preemptions: float
+    trainer_memory: float = 0.0  # the trainer's peak memory / HBM in this step
+    longest_sequence: float = 0.0  # tokens of the step's longest trained sequence
 
 
 def simulate_one_step(p: Plan, rng: Optional[np.random.Generator], warmup: bool = False) -> StepResult:
@@ -300,6 +302,8 @@ def simulate_one_step(p: Plan, rng: Optional[np.random.Generator], warmup: bool 
         staleness=lag,
         kv_usage=ro.kv_peak,
         preemptions=float(ro.preemptions),
+        trainer_memory=tc.mem_gib / tc.avail_gib,
+        longest_sequence=float(np.max(seqs)),
     )
 
 
@@ -339,6 +343,8 @@ def simulate_trial(spec: TrialSpec, noise: bool = True) -> list[StepRecord]:
                 logprob_mismatch=mismatch,
                 kv_usage=r.kv_usage,
                 preemptions=r.preemptions,
+                trainer_memory=r.trainer_memory,
+                longest_sequence=r.longest_sequence,
                 warmup=i < spec.warmup_steps,
             )
         )
