@@ -204,14 +204,9 @@ def response_quantile(tf: TaskFacts, q: float) -> float:
     return min(tf.max_len, math.exp(mu + s * NormalDist().inv_cdf(q)))
 
 
-def trainer_mem_at(
-    model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, k: dict, budget: int, seq_tokens: float
-) -> Optional[float]:
-    """The trainer's peak memory / HBM of configuration `k` when its largest micro-batch holds one
-    `seq_tokens`-token sequence (None where the physics refuses the layout)."""
-    mf, tf = facts_cached(model), task_facts_cached(task)
-    _, gt, _ = split(k, budget, gpus_per_node)
-    tr = trainer_part(
+def trainer_of(mf: ModelFacts, tf: TaskFacts, gpu_type: str, gt: int, k: dict, seq_tokens: float = 0.0) -> TrainerPart:
+    """trainer_part of configuration `k` (RLConfig.flat()) on `gt` trainer GPUs."""
+    return trainer_part(
         mf,
         tf,
         gpu_type,
@@ -225,6 +220,16 @@ def trainer_mem_at(
         k["trainer.offload"],
         seq_tokens,
     )
+
+
+def trainer_mem_at(
+    model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, k: dict, budget: int, seq_tokens: float
+) -> Optional[float]:
+    """The trainer's peak memory / HBM of configuration `k` when its largest micro-batch holds one
+    `seq_tokens`-token sequence (None where the physics refuses the layout)."""
+    mf, tf = facts_cached(model), task_facts_cached(task)
+    _, gt, _ = split(k, budget, gpus_per_node)
+    tr = trainer_of(mf, tf, gpu_type, gt, k, seq_tokens)
     return tr.mem_frac if tr.feasible else None
 
 
@@ -669,19 +674,7 @@ def breakdown(
         bool(k["async.partialRollout"] and stale >= 1),
         g.nvlink_reach(gpus_per_node),
     )
-    tr = trainer_part(
-        mf,
-        tf,
-        gpu_type,
-        gt,
-        k["trainer.tp"],
-        k["trainer.pp"],
-        k["trainer.cp"],
-        k["trainer.ep"],
-        k["trainer.microBatchTokens"],
-        k["trainer.recompute"],
-        k["trainer.offload"],
-    )
+    tr = trainer_of(mf, tf, gpu_type, gt, k)
     bd = Breakdown({}, trainer_gpus=gt, rollout_gpus=gr)
     bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure = ro.kv_tokens, ro.free_frac, ro.kv_pressure
     bd.batch, bd.replicas, bd.preempt_log = ro.batch, ro.replicas, ro.preempt_log

@@ -306,19 +306,7 @@ def candidates(
             for t in t_all:
                 if space.trainer_valid(t, gt):
                     continue
-                tr = physics.trainer_part(
-                    mf,
-                    tf,
-                    gname,
-                    gt,
-                    t["trainer.tp"],
-                    t["trainer.pp"],
-                    t["trainer.cp"],
-                    t["trainer.ep"],
-                    t["trainer.microBatchTokens"],
-                    t["trainer.recompute"],
-                    t["trainer.offload"],
-                )
+                tr = physics.trainer_of(mf, tf, gname, gt, t)
                 if not tr.feasible or fc.memory.p_side("trainer", tr.mem_frac) < P_FIT_MIN:
                     continue
                 kk = dict(ko) | t
