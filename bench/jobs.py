@@ -297,7 +297,9 @@ GEN_SEED = 20261130
 # fixed, and this line committed, before any method ran on it. It is for reporting only: a change is
 # chosen on the two sets above and then shown here; once a choice has been made by looking at it, the
 # next confirmation needs a new seed (and a new prefix), or it has stopped being one.
-FRESH_SEED = 20261204
+# Draw 1 (seed 20261204, prefix "fresh") chose the memory gate on 2026-12-04; draw 2 replaces it.
+FRESH_SEED = 20261205
+FRESH_PREFIX = "fresh2"
 GEN_MODELS = ("qwen2.5-7b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "glm-4.5-air", "seed-27b-dense")
 GEN_GPUS = (("H100", 8), ("H200", 8), ("B200", 8), ("B300", 8), ("GB200", 4))
 GEN_BUDGETS = (16, 32, 48, 64)
@@ -456,4 +458,4 @@ def generated_jobs(n: int = 10, seed: int = GEN_SEED, prefix: str = "gen") -> li
 
 def fresh_jobs(n: int = 10) -> list[dict]:
     """The confirmation draw (FRESH_SEED): the generated families, on jobs no choice has looked at."""
-    return generated_jobs(n, FRESH_SEED, "fresh")
+    return generated_jobs(n, FRESH_SEED, FRESH_PREFIX)

@@ -4,7 +4,7 @@ import dataclasses
 import json
 
 import pytest
-from bench.jobs import fresh_jobs, generated_jobs, jobs
+from bench.jobs import FRESH_PREFIX, fresh_jobs, generated_jobs, jobs
 from bench.run import (
     RIVALS,
     best_after,
@@ -116,7 +116,7 @@ def test_generated_jobs_are_fixed_valid_and_apart_from_the_seed_jobs():
 def test_the_fresh_draw_is_fixed_and_shares_no_job_with_the_generated_set():
     fresh, gen = fresh_jobs(), generated_jobs()
     assert fresh == fresh_jobs() and len(fresh) == 10
-    assert all(j["metadata"]["name"].startswith("fresh-") for j in fresh)
+    assert all(j["metadata"]["name"].startswith(FRESH_PREFIX + "-") for j in fresh)
     specs = {json.dumps(j["spec"], sort_keys=True) for j in gen}
     assert not any(json.dumps(j["spec"], sort_keys=True) in specs for j in fresh)
     for j in fresh:
