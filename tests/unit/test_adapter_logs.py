@@ -148,11 +148,24 @@ def test_verl_fixture_parses_to_contract_records():
     assert r.logprob_mismatch == raw["training/rollout_probs_diff_mean"]
     assert r.preemptions == pytest.approx(n * raw["timing_s/agent_loop/num_preempted/mean"])
     assert r.staleness == 0.0
-    assert p.missing == {"step_kv_cache_usage_ratio", "step_phase_seconds:generation_tail"} | L.UNMAPPED
+    # the longest sequence is printed; the memory share needs the GPU's size (below)
+    assert r.longest_sequence == raw["prompt_length/max"] + raw["response_length/max"]
+    assert p.missing == {"step_kv_cache_usage_ratio", "step_phase_seconds:generation_tail", "step_trainer_memory_ratio"}
     # the phases a colocated step runs one after the other stay within the step
     for rec in recs:
         assert sum(rec.phases.values()) < rec.duration
         assert set(rec.phases) <= set(PHASES)
+
+
+def test_verl_peak_memory_becomes_the_share_of_the_gpu_the_bridge_is_told():
+    """verl prints its trainer's peak reserved memory in GiB; with the GPU's size it is the contract's share."""
+    p = L.parser_for("verl", 80.0)
+    recs = p.feed_text(VERL_LOG.read_text())
+    raws = [L.parse_verl_line(line)[1] for line in _verl_step_lines()]
+    reserved = [m["perf/max_memory_reserved_gb"] for m in raws if "perf/max_memory_reserved_gb" in m]
+    assert [r.trainer_memory for r in recs] == [x / 80.0 for x in reserved]
+    assert all(0.0 < r.trainer_memory < 1.0 for r in recs)
+    assert "step_trainer_memory_ratio" not in p.missing and "step_longest_sequence_tokens" not in p.missing
 
 
 def test_verl_values_numpy_and_special():

@@ -346,7 +346,7 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     metrics = TrialMetrics(
         args.namespace, args.job, args.trial, args.warmup_steps, mode=args.mode, gpus=args.gpus, names=names
     )
-    parser: LogParser = parser_for(args.framework)
+    parser: LogParser = parser_for(args.framework, args.gpu_memory_gib)
     pusher = Pusher(metrics, args.pushgateway, interval=args.push_interval)
     lock = threading.Lock()
 
@@ -454,6 +454,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--trial", help="the trial id (label trial)")
     ap.add_argument("--warmup-steps", type=int, default=0, help="flag the first N steps as warm-up")
     ap.add_argument("--gpus", type=float, default=None, help="export rltune_trial_gpus")
+    ap.add_argument(
+        "--gpu-memory-gib",
+        type=float,
+        default=0.0,
+        help="the trial GPU's memory: turns the framework's peak trainer memory (GiB) into the contract's share",
+    )
     ap.add_argument("--mode", default="real", help="rltune_trial_info's mode label")
     ap.add_argument("--names", default=None, help="JSON: spec.metrics.names overrides of the contract names")
     ap.add_argument("--push-interval", type=float, default=0.2, help="at most one push per this many seconds")

@@ -53,8 +53,7 @@ FRAMEWORKS = ("verl", "openrlhf")
 
 # contract fields of StepRecord other than duration and phases: contract name -> attribute
 FIELDS = STEP_FIELDS
-# contract gauges no parser maps yet: verl prints perf/max_memory_reserved_gb and
-# response_length/max, but the memory is in GB, not the share of the GPU the contract needs
+# contract gauges OpenRLHF does not print (verl does: see verl_record)
 UNMAPPED = frozenset({"step_trainer_memory_ratio", "step_longest_sequence_tokens"})
 
 
@@ -160,8 +159,10 @@ def verl_mode(metrics: dict[str, float]) -> str:
     return "sync"
 
 
-def verl_record(step: int, m: dict[str, float]) -> tuple[StepRecord, set[str]]:
-    """The StepRecord of one verl step's merged metrics, and the contract fields it lacks."""
+def verl_record(step: int, m: dict[str, float], gpu_memory_gib: float = 0.0) -> tuple[StepRecord, set[str]]:
+    """The StepRecord of one verl step's merged metrics, and the contract fields it lacks.
+    `gpu_memory_gib`: the GPU's memory, which turns verl's perf/max_memory_reserved_gb (GiB: verl
+    divides by 1024**3) into the contract's share of the GPU (0: unknown, the share is missing)."""
     mode = verl_mode(m)
     missing: set[str] = set()
     rec = StepRecord(step=step, duration=m["timing_s/step"])
@@ -237,7 +238,17 @@ def verl_record(step: int, m: dict[str, float]) -> tuple[StepRecord, set[str]]:
     else:
         missing.add("step_preemptions")
     missing.add("step_kv_cache_usage_ratio")  # verl prints no KV-cache usage
-    missing |= UNMAPPED
+    reserved = _finite(m, "perf/max_memory_reserved_gb")
+    if reserved is not None and gpu_memory_gib > 0:
+        rec.trainer_memory = reserved / gpu_memory_gib
+    else:
+        missing.add("step_trainer_memory_ratio")
+    # the longest prompt and the longest response need not be one sequence: an upper bound
+    p_max, r_max = _finite(m, "prompt_length/max"), _finite(m, "response_length/max")
+    if p_max is not None and r_max is not None:
+        rec.longest_sequence = p_max + r_max
+    else:
+        missing.add("step_longest_sequence_tokens")
     return rec, missing
 
 
@@ -328,9 +339,10 @@ class LogParser:
 class VerlParser(LogParser):
     framework = "verl"
 
-    def __init__(self) -> None:
+    def __init__(self, gpu_memory_gib: float = 0.0) -> None:
         super().__init__()
         self._pending: dict[int, dict[str, float]] = {}
+        self.gpu_memory_gib = gpu_memory_gib
 
     def feed(self, line: str) -> list[StepRecord]:
         parsed = parse_verl_line(line)
@@ -343,7 +355,7 @@ class VerlParser(LogParser):
             return []
         for s in [s for s in self._pending if s <= step]:  # earlier numbers never complete now
             del self._pending[s]
-        rec, missing = verl_record(step, merged)
+        rec, missing = verl_record(step, merged, self.gpu_memory_gib)
         return self._done(rec, missing, merged)
 
 
@@ -361,10 +373,12 @@ class OpenRLHFParser(LogParser):
         return self._done(rec, missing, metrics)
 
 
-def parser_for(framework: str) -> LogParser:
+def parser_for(framework: str, gpu_memory_gib: float = 0.0) -> LogParser:
+    """The parser of a framework's console log; `gpu_memory_gib`: the trial GPU's memory (verl
+    prints its trainer's peak in GiB, the contract wants the share of the GPU)."""
     f = framework.lower()
     if f == "verl":
-        return VerlParser()
+        return VerlParser(gpu_memory_gib)
     if f == "openrlhf":
         return OpenRLHFParser()
     raise ValueError(f"unknown framework {framework!r} (known: {', '.join(FRAMEWORKS)})")

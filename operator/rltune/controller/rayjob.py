@@ -29,6 +29,7 @@ import shlex
 from typing import Any, Optional
 
 from ..adapters.registry import framework_command
+from ..api.hardware import gpu as gpu_lookup
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
@@ -72,6 +73,8 @@ def entrypoint(
         str(spec.budget.warmup_steps),
         "--gpus",
         str(config.gpus or spec.resources.gpu_budget),
+        "--gpu-memory-gib",  # the nominal size: docs/frameworks.md "Mapping: verl"
+        f"{gpu_lookup(spec.resources.gpu_type).hbm_bytes / 1e9:g}",
     ]
     if spec.metrics.names:  # the operator reads the job's metric names: the bridge must push them
         bridge += ["--names", json.dumps(spec.metrics.names, separators=(",", ":"), sort_keys=True)]
