@@ -66,8 +66,7 @@ def longest_in_run(task: TaskSpec, steps: int) -> float:
     if task.kind == "agentic-coding":
         return cap  # an episode runs until its turns, observations and generations fill the context
     tf = physics.task_facts_cached(task)
-    n = max(1, tf.n_seq * max(steps, 1))
-    return float(task.max_prompt_tokens) + physics.response_quantile(tf, 1.0 - 1.0 / (n + 1))
+    return float(task.max_prompt_tokens) + physics.longest_response(tf, tf.n_seq * max(steps, 1))
 
 
 def run_peak(spec: RLTuningJobSpec, config: RLConfig, summary: TrialSummary) -> Optional[RunPeak]:

@@ -197,13 +197,6 @@ def task_facts(t: TaskSpec) -> TaskFacts:
     )
 
 
-def response_quantile(tf: TaskFacts, q: float) -> float:
-    """The q-quantile of the task's response length (lognormal with its mean and CV), capped at the
-    maximum response."""
-    mu, s = _lognormal(tf)
-    return min(tf.max_len, math.exp(mu + s * NormalDist().inv_cdf(q)))
-
-
 def trainer_of(mf: ModelFacts, tf: TaskFacts, gpu_type: str, gt: int, k: dict, seq_tokens: float = 0.0) -> TrainerPart:
     """trainer_part of configuration `k` (RLConfig.flat()) on `gt` trainer GPUs."""
     return trainer_part(
@@ -265,11 +258,12 @@ def truncated_at(tf: TaskFacts, mean: float, cap: float) -> TaskFacts:
     return dataclasses.replace(tf, shape_mean=math.exp(0.5 * (lo + hi)), mean_len=mean, max_len=cap)
 
 
-def longest_response(tf: TaskFacts) -> float:
-    """Expected longest of n lognormal lengths with the task's mean and CV, capped at the maximum
-    (docs/references.md 'Performance-model facts': the max of K samples is several times the mean)."""
+def longest_response(tf: TaskFacts, n: Optional[int] = None) -> float:
+    """Expected longest of n lognormal lengths (default: one step's sequences) with the task's mean
+    and CV, capped at the maximum (docs/references.md 'Performance-model facts': the max of K
+    samples is several times the mean)."""
     mu, s = _lognormal(tf)
-    z = NormalDist().inv_cdf(1 - 1.0 / (tf.n_seq + 1))
+    z = NormalDist().inv_cdf(1 - 1.0 / ((tf.n_seq if n is None else n) + 1))
     return min(tf.max_len, math.exp(mu + s * z))
 
 
