@@ -76,6 +76,37 @@ def _warn(msg: str) -> None:
     sys.stderr.flush()
 
 
+# ---------------------------------------------------------------------------------------------- GPU memory
+NVIDIA_SMI = ("nvidia-smi", "--query-gpu=memory.total", "--format=csv,noheader,nounits")
+
+
+def parse_memory_total(text: str) -> Optional[float]:
+    """GiB of the smallest GPU in `nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits`
+    output (one MiB figure per GPU), or None when no line is a figure."""
+    mib = []
+    for line in text.splitlines():
+        try:
+            mib.append(float(line.strip()))
+        except ValueError:
+            continue
+    mib = [m for m in mib if m > 0]
+    return min(mib) / 1024.0 if mib else None
+
+
+def gpu_memory_gib(nominal: float, query: tuple = NVIDIA_SMI) -> tuple[float, str]:
+    """The GPU memory a framework's peak is a share of, and where it came from: what the driver
+    reports for this pod's GPUs (nvidia-smi, which the NVIDIA container toolkit mounts into GPU
+    containers) when it answers, else `nominal` (the operator's catalog figure; 0 = unknown)."""
+    try:
+        out = subprocess.run(list(query), capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        out = None
+    got = parse_memory_total(out.stdout) if out is not None and out.returncode == 0 else None
+    if got:
+        return got, "nvidia-smi"
+    return nominal, "nominal" if nominal > 0 else "unknown"
+
+
 # ---------------------------------------------------------------------------------------------- exposition
 def _esc(v: str) -> str:
     return str(v).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
@@ -346,7 +377,10 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
     metrics = TrialMetrics(
         args.namespace, args.job, args.trial, args.warmup_steps, mode=args.mode, gpus=args.gpus, names=names
     )
-    parser: LogParser = parser_for(args.framework, args.gpu_memory_gib)
+    mem, mem_from = gpu_memory_gib(args.gpu_memory_gib)
+    if mem_from != "nvidia-smi":
+        _warn(f"GPU memory from {mem_from} ({mem:g} GiB): nvidia-smi did not answer")
+    parser: LogParser = parser_for(args.framework, mem)
     pusher = Pusher(metrics, args.pushgateway, interval=args.push_interval)
     lock = threading.Lock()
 
@@ -458,7 +492,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         "--gpu-memory-gib",
         type=float,
         default=0.0,
-        help="the trial GPU's memory: turns the framework's peak trainer memory (GiB) into the contract's share",
+        help="the trial GPU's memory when nvidia-smi does not answer (the driver's figure wins): turns the "
+        "framework's peak trainer memory (GiB) into the contract's share",
     )
     ap.add_argument("--mode", default="real", help="rltune_trial_info's mode label")
     ap.add_argument("--names", default=None, help="JSON: spec.metrics.names overrides of the contract names")

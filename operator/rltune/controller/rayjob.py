@@ -73,7 +73,7 @@ def entrypoint(
         str(spec.budget.warmup_steps),
         "--gpus",
         str(config.gpus or spec.resources.gpu_budget),
-        "--gpu-memory-gib",  # the nominal size: docs/frameworks.md "Mapping: verl"
+        "--gpu-memory-gib",  # nominal, if nvidia-smi does not answer: docs/frameworks.md "Mapping: verl"
         f"{gpu_lookup(spec.resources.gpu_type).hbm_bytes / 1e9:g}",
     ]
     if spec.metrics.names:  # the operator reads the job's metric names: the bridge must push them
