@@ -103,26 +103,86 @@ def _trainer_memory(device) -> float:
     return float(peak) / float(torch.cuda.get_device_properties(device).total_memory)
 
 
-def _pad_batch(seqs: list[list[int]], device) -> tuple[Any, Any]:
+def _pad_batch(seqs: list[list[int]], device) -> Any:
+    """Token ids padded on the right to the longest sequence. No attention mask goes with them: under
+    causal attention a real token never sees the pads after it, and SDPA's flash kernels take no
+    padding mask (is_causal only)."""
     import torch
 
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), PAD, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
     for r, s in enumerate(seqs):
         ids[r, : len(s)] = torch.tensor(s)
-        mask[r, : len(s)] = 1
-    return ids.to(device), mask.to(device)
+    return ids.to(device)
+
+
+def _compute_dtype(model):
+    import torch
+
+    return getattr(torch, getattr(model.config, "compute_dtype", "float32"))
+
+
+def _mixed_precision(model, device) -> bool:
+    """bf16/fp16 autocast on a GPU when the model is served in that dtype; the CPU stays in fp32."""
+    import torch
+
+    return getattr(device, "type", str(device)) == "cuda" and _compute_dtype(model) != torch.float32
 
 
 def token_logprobs(model, seqs: list[list[int]], starts: list[int], device) -> list[Any]:
-    """Per sequence, log p(token) of tokens seqs[r][starts[r]:] under the model (a list of 1-D tensors)."""
+    """Per sequence, log p(token) of tokens seqs[r][starts[r]:] under the model (a list of 1-D tensors).
+
+    On a GPU the forward runs in the served dtype (bf16 autocast over fp32 master weights, as verl and
+    Megatron train): fp32 attention has no flash kernel there, and SDPA's fallback keeps every
+    (query, key) pair per head and layer. log p = logit - logsumexp(logits): no vocabulary-wide
+    log-softmax tensor is kept for the backward."""
     import torch
 
-    ids, mask = _pad_batch(seqs, device)
-    logits = model(input_ids=ids, attention_mask=mask).logits.float()
-    lp = torch.log_softmax(logits[:, :-1], dim=-1).gather(-1, ids[:, 1:, None])[..., 0]
+    ids = _pad_batch(seqs, device)
+    with torch.autocast("cuda", dtype=_compute_dtype(model), enabled=_mixed_precision(model, device)):
+        logits = model(input_ids=ids).logits[:, :-1].float()
+    lp = logits.gather(-1, ids[:, 1:, None])[..., 0] - torch.logsumexp(logits, dim=-1)
     return [lp[r, starts[r] - 1 : len(seqs[r]) - 1] for r in range(len(seqs))]
+
+
+def old_logprobs(model, seqs: list[list[int]], starts: list[int], groups: list[list[int]], device) -> list[Any]:
+    """Per sequence, the log-probs of its response under the trainer's current weights (no grad),
+    computed micro-batch by micro-batch: the ratio's denominator of the PPO step."""
+    import torch
+
+    old: list[Any] = [None] * len(seqs)
+    with torch.no_grad():
+        for g in groups:
+            for i, lp in zip(g, token_logprobs(model, [seqs[i] for i in g], [starts[i] for i in g], device)):
+                old[i] = lp.detach()
+    return old
+
+
+def ppo_update(model, opt, seqs, starts, groups, old, adv, device) -> float:
+    """One PPO-clip optimizer step on the whole batch, gradients accumulated over the micro-batches
+    (token mean over the responses); returns the share of response tokens whose ratio was clipped."""
+    import torch
+
+    n_resp = [len(s) - st for s, st in zip(seqs, starts)]
+    total_tokens = max(1, sum(n_resp))
+    opt.zero_grad(set_to_none=True)
+    clipped = 0.0
+    for g in groups:
+        new = token_logprobs(model, [seqs[i] for i in g], [starts[i] for i in g], device)
+        loss = 0.0
+        for i, lp in zip(g, new):
+            if n_resp[i] == 0:
+                continue
+            ratio = torch.exp(lp - old[i])
+            a = adv[i]
+            surr = torch.minimum(ratio * a, torch.clamp(ratio, 1 - CLIP_EPS, 1 + CLIP_EPS) * a)
+            loss = loss - surr.sum()
+            clipped += float(((ratio - 1).abs() > CLIP_EPS).float().sum())
+        if torch.is_tensor(loss):
+            (loss / total_tokens).backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
+    opt.step()
+    return clipped / total_tokens
 
 
 def micro_batches(lengths: list[int], budget: int) -> list[list[int]]:
@@ -169,8 +229,8 @@ def pretrain(model, task: ReverseTask, seed: int, device) -> dict[str, float]:
         clean = [task.target(p) for p, _ in pairs]
         seqs = [p + r for p, r in pairs]
         starts = [len(p) for p, _ in pairs]
-        ids, mask = _pad_batch(seqs, device)
-        logits = model(input_ids=ids, attention_mask=mask).logits.float()
+        ids = _pad_batch(seqs, device)
+        logits = model(input_ids=ids).logits.float()
         lp = torch.log_softmax(logits[:, :-1], dim=-1)
         tgt = ids[:, 1:]
         sel = torch.zeros_like(tgt, dtype=torch.bool)
@@ -181,7 +241,7 @@ def pretrain(model, task: ReverseTask, seed: int, device) -> dict[str, float]:
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        clean_ids, _ = _pad_batch([p + c for (p, _), c in zip(pairs, clean)], device)
+        clean_ids = _pad_batch([p + c for (p, _), c in zip(pairs, clean)], device)
         acc = float((lp.argmax(-1) == clean_ids[:, 1:])[sel].float().mean())
         if acc >= PRETRAIN_TARGET_ACC:
             break
@@ -210,7 +270,7 @@ def warm_start(model, cfg: dict, task: ReverseTask, seed: int, device) -> dict[s
                 "batch": PRETRAIN_BATCH,
                 "max": PRETRAIN_MAX_STEPS,
                 "torch": torch.__version__,
-                "v": 1,
+                "v": 2,  # 2: no padding mask (same function, other kernels)
             },
             sort_keys=True,
         ).encode()
@@ -343,36 +403,13 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
             adv = advantages(rewards, [s["prompt"] for s in samples])
             groups = micro_batches([len(s) for s in seqs], spec.config.trainer.micro_batch_tokens)
 
-            # Old log-probs with the trainer's current weights (no grad), per micro-batch.
             t0 = time.perf_counter()
-            old: list[Any] = [None] * len(samples)
-            with torch.no_grad():
-                for g in groups:
-                    for i, lp in zip(g, token_logprobs(model, [seqs[i] for i in g], [starts[i] for i in g], device)):
-                        old[i] = lp.detach()
+            old = old_logprobs(model, seqs, starts, groups, device)
             old_lp_s = time.perf_counter() - t0
             mismatch = _mismatch(model, snapshots, batch["version"], version, samples, seqs, starts, old, device)
 
-            # One PPO-clip step on the whole batch, gradients accumulated over micro-batches (token mean).
             t0 = time.perf_counter()
-            total_tokens = max(1, sum(n_resp))
-            opt.zero_grad(set_to_none=True)
-            clipped = 0.0
-            for g in groups:
-                new = token_logprobs(model, [seqs[i] for i in g], [starts[i] for i in g], device)
-                loss = 0.0
-                for i, lp in zip(g, new):
-                    if n_resp[i] == 0:
-                        continue
-                    ratio = torch.exp(lp - old[i])
-                    a = adv[i]
-                    surr = torch.minimum(ratio * a, torch.clamp(ratio, 1 - CLIP_EPS, 1 + CLIP_EPS) * a)
-                    loss = loss - surr.sum()
-                    clipped += float(((ratio - 1).abs() > CLIP_EPS).float().sum())
-                if torch.is_tensor(loss):
-                    (loss / total_tokens).backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), GRAD_CLIP)
-            opt.step()
+            ppo_update(model, opt, seqs, starts, groups, old, adv, device)
             version += 1
             training_s = time.perf_counter() - t0
             if spec.config.async_.staleness > 0:

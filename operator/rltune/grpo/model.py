@@ -65,12 +65,14 @@ def write_model_dir(cfg: dict, path: str) -> str:
 
 
 def build_trainer_model(cfg: dict):
-    """transformers' Qwen2ForCausalLM for the config, fp32 master weights."""
+    """transformers' Qwen2ForCausalLM for the config, fp32 master weights (computing in the served
+    dtype on a GPU: rltune.grpo.loop.token_logprobs)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     hf = {k: v for k, v in cfg.items() if k not in ("architectures", "torch_dtype")}
     conf = Qwen2Config(**hf)
     conf._attn_implementation = "sdpa"
+    conf.compute_dtype = cfg.get("torch_dtype", "float32")  # the dtype vLLM serves: the GPU forward's autocast
     model = Qwen2ForCausalLM(conf)
     return model.to(torch.float32)
