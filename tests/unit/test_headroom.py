@@ -91,3 +91,36 @@ def test_the_twin_reports_the_trainer_peak_and_the_longest_sequence():
     assert all(0.0 < r.trainer_memory <= MEMORY_CEILING * 1.02 for r in recs)
     assert all(2000 < r.longest_sequence <= 1024 + 20480 for r in recs)
     assert len({r.longest_sequence for r in recs}) > 1  # each step draws its own longest sequence
+
+
+def _twin_peak(spec: RLTuningJobSpec, cfg, longest: int) -> float:
+    """The twin's trainer peak / GPU memory for a step whose longest sequence is `longest` tokens."""
+    import numpy as np
+
+    from rltune.twin.core import make_plan
+    from rltune.twin.training import train_cost
+
+    w, r = spec.workload, spec.resources
+    p = make_plan(w.model.resolved(), w.task, r.gpu_type, r.gpus_per_node, cfg, w.scenario)
+    seqs = np.full(w.task.prompts_per_step * w.task.samples_per_prompt, 3000)
+    seqs[0] = longest
+    tc = train_cost(p.model, seqs, p.gpu_type, p.gpus_per_node, p.train_gpus, p.cfg, p.eff, p.reference)
+    return tc.mem_gib / tc.avail_gib
+
+
+def test_the_carry_keeps_the_model_state_and_grows_the_rest():
+    from rltune.tuner.headroom import carry
+
+    spec = _spec()
+    base = baseline_record(spec).config  # explicit: the GPU count the trial runs with
+    for knobs in ({"trainer.microBatchTokens": 8192}, {"trainer.microBatchTokens": 4096, "trainer.tp": 4}):
+        cfg = base.with_knobs(knobs)
+        for seen, run in ((9000, 21504), (14000, 21504)):
+            at_seen, at_run = _twin_peak(spec, cfg, seen), _twin_peak(spec, cfg, run)
+            fc = carry(spec, cfg, at_seen, seen, run)
+            # the twin's truth at the longer sequence, within a few percent, never far below it
+            assert -0.02 < fc / at_run - 1 < 0.08, (knobs, seen, fc, at_run)
+    # a peak that is mostly model state grows less than one that is mostly activations
+    cfg = base.with_knobs({"trainer.microBatchTokens": 8192})
+    low, high = carry(spec, cfg, 0.5, 14000, 21504), carry(spec, cfg, 0.9, 14000, 21504)
+    assert high / 0.9 > low / 0.5 > 1.0

@@ -109,6 +109,8 @@ class TrainerPart:
     reason: str
     mem_frac: float  # trainer peak / HBM
     weight_bytes: float  # bf16 weights resident per GPU
+    state_frac: float = 0.0  # the model state (weights, gradients, optimizer) / HBM: does not grow with the sequence
+    activation_frac: float = 0.0  # activations + logits of the largest micro-batch / HBM: grows with it
 
     @classmethod
     def refused(cls, reason: str) -> "TrainerPart":
@@ -215,15 +217,27 @@ def trainer_of(mf: ModelFacts, tf: TaskFacts, gpu_type: str, gt: int, k: dict, s
     )
 
 
-def trainer_mem_at(
+@dataclass(frozen=True)
+class TrainerMemory:
+    """The trainer's peak / HBM at one longest sequence, with the part that is the model state
+    (weights, gradients, optimizer: fixed by the parameter count and the optimizer's bytes per
+    parameter, whatever the sequence) and the part that follows the largest micro-batch
+    (activations and logits)."""
+
+    total: float
+    state: float
+    activations: float
+
+
+def trainer_memory_at(
     model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, k: dict, budget: int, seq_tokens: float
-) -> Optional[float]:
-    """The trainer's peak memory / HBM of configuration `k` when its largest micro-batch holds one
+) -> Optional[TrainerMemory]:
+    """The trainer's memory picture of configuration `k` when its largest micro-batch holds one
     `seq_tokens`-token sequence (None where the physics refuses the layout)."""
     mf, tf = facts_cached(model), task_facts_cached(task)
     _, gt, _ = split(k, budget, gpus_per_node)
     tr = trainer_of(mf, tf, gpu_type, gt, k, seq_tokens)
-    return tr.mem_frac if tr.feasible else None
+    return TrainerMemory(tr.mem_frac, tr.state_frac, tr.activation_frac) if tr.feasible else None
 
 
 def _lognormal(tf: TaskFacts) -> tuple[float, float]:
@@ -574,7 +588,9 @@ def trainer_part(
     logits = s * mf.vocab * 6.0 / tp
     mem = state + act + logits + TRAINER_TEMP_BYTES
     frac = mem / g.hbm_bytes  # memory feasibility is judged by the caller (MemLimits)
-    return TrainerPart(old, ref, train, True, "", frac, (ne_gpu + ex_gpu) * 2.0)
+    return TrainerPart(
+        old, ref, train, True, "", frac, (ne_gpu + ex_gpu) * 2.0, state / g.hbm_bytes, (act + logits) / g.hbm_bytes
+    )
 
 
 # ------------------------------------------------------------------------------------ sync
