@@ -15,14 +15,17 @@ against the gate's carry from the shorter one. It needs a CUDA GPU: on the CPU t
 no peak (0 = not measured), and the table says so instead of printing numbers. `--points` re-judges
 a saved run's measurements with the current carry (no GPU needed).
 
-The batches are random token ids (the memory of a step does not depend on which tokens), four
-sequences per step whose lengths are the longest, half of it and two quarters; prompts of 64 tokens.
+The batches are random token ids (the memory of a step does not depend on which tokens): the longest
+sequence plus enough quarter-length ones to fill two micro-batches (step_lengths); prompts of 64
+tokens. The allocator is the trainer's (rltune.grpo.loop.trainer_allocator: expandable segments)
+unless PYTORCH_CUDA_ALLOC_CONF says otherwise; the JSON records it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -32,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from rltune.api.models import ModelArch, RLTuningJobSpec  # noqa: E402
-from rltune.grpo.loop import _trainer_memory, micro_batches, old_logprobs, ppo_update  # noqa: E402
+from rltune.grpo.loop import _trainer_memory, micro_batches, old_logprobs, ppo_update, trainer_allocator  # noqa: E402
 from rltune.grpo.model import build_trainer_model, qwen2_config  # noqa: E402
 from rltune.tuner import baseline_record, headroom  # noqa: E402
 
@@ -85,10 +88,20 @@ def carried(shape: str, mbt: int, measured: float, seen: int, run: int) -> float
     return headroom.carry(spec, baseline_record(spec).config, measured, seen, run)
 
 
+def step_lengths(longest: int, mbt: int) -> list[int]:
+    """A step's sequence lengths: its longest, then sequences of a quarter of min(longest, mbt) until
+    the step holds two micro-batches' worth of tokens, so that every micro-batch is full (a real
+    step's thousands of sequences fill them; the physics sizes a micro-batch at microBatchTokens)."""
+    short = max(64, min(longest, mbt) // 4)
+    n = max(3, -(-(2 * max(longest, mbt)) // short))
+    return [longest] + [short] * n
+
+
 def measure(shape: str, mbt: int, lengths: list[int], seed: int = 0, log=print) -> list[Point]:
     """One PPO step of the reference trainer per longest sequence; the peak read after each."""
     import torch
 
+    trainer_allocator()  # as the trial's trainer process does, before its first CUDA allocation
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     arch = ModelArch.model_validate({"name": shape, "dtype": "bf16", **SHAPES[shape]})
     cfg = qwen2_config(arch, max(lengths) + 8)
@@ -102,14 +115,14 @@ def measure(shape: str, mbt: int, lengths: list[int], seed: int = 0, log=print) 
     out: list[Point] = []
     _trainer_memory(dev)
     for longest in [lengths[0]] + lengths:
-        lens = [longest, longest // 2, longest // 4, longest // 4]
+        lens = step_lengths(longest, mbt)
         seqs = [torch.randint(4, cfg["vocab_size"], (n,), generator=g).tolist() for n in lens]
         starts = [min(PROMPT, n - 1) for n in lens]
         groups = micro_batches(lens, mbt)
         t0 = time.perf_counter()
         try:
             old = old_logprobs(model, seqs, starts, groups, dev)
-            ppo_update(model, opt, seqs, starts, groups, old, [1.0, -1.0, 0.5, -0.5], dev)
+            ppo_update(model, opt, seqs, starts, groups, old, [(-1.0) ** i for i in range(len(seqs))], dev)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
             peak = _trainer_memory(dev)
@@ -186,14 +199,18 @@ def main(argv=None) -> int:
     lengths = sorted(int(x) for x in a.lengths.split(","))
     points: list[Point] = []
     if a.points:
-        points = [Point(**p) for p in json.loads(Path(a.points).read_text())["points"]]
+        saved = json.loads(Path(a.points).read_text())
+        points = [Point(**p) for p in saved["points"]]
+        alloc = saved.get("alloc_conf", "")
     else:
         for shape in a.shapes.split(","):
             points += measure(shape, a.mbt, lengths)
+        alloc = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")  # measure() set the trainer's default
     rows = table(points)
     print(render(rows))
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"points": [asdict(p) for p in points], "pairs": rows}, indent=1))
+    out = {"alloc_conf": alloc, "points": [asdict(p) for p in points], "pairs": rows}
+    Path(a.out).write_text(json.dumps(out, indent=1))
     return 0
 
 
