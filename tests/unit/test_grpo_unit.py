@@ -90,3 +90,14 @@ def test_cli_loads_the_cpu_example_as_a_real_trial():
     assert (spec.steps, spec.seed, spec.config.async_.staleness) == (3, 4, 1)
     assert spec.config.rollout.max_num_seqs == 8 and spec.model.preset == "tiny-qwen2"
     ReverseTask.for_budget(spec.task.max_prompt_tokens, spec.task.max_response_tokens)
+
+
+def test_the_trainer_allocator_defaults_to_expandable_segments_and_yields_to_the_user(monkeypatch):
+    from rltune.grpo.loop import ALLOC_CONF, trainer_allocator
+
+    monkeypatch.delenv("PYTORCH_CUDA_ALLOC_CONF", raising=False)
+    trainer_allocator()
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == ALLOC_CONF == "expandable_segments:True"
+    monkeypatch.setenv("PYTORCH_CUDA_ALLOC_CONF", "")  # the user chose PyTorch's default
+    trainer_allocator()
+    assert os.environ["PYTORCH_CUDA_ALLOC_CONF"] == ""
