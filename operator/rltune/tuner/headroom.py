@@ -89,6 +89,8 @@ def carry(spec: RLTuningJobSpec, config: RLConfig, measured: float, seen: float,
     """A peak (share of the GPU) measured with a `seen`-token longest sequence, at a `run`-token one:
     the larger of the peak scaled as the physics' total and the state-anchored growth (the module's
     docstring says why). No physics picture for the layout: the measurement stands."""
+    if run <= seen:
+        return measured
     k = config.flat()
     model, task, r = spec.workload.model.resolved(), spec.workload.task, spec.resources
     at_seen = physics.trainer_memory_at(model, task, r.gpu_type, r.gpus_per_node, k, r.gpu_budget, seen)
