@@ -8,7 +8,7 @@ the memory gate's carry (rltune.tuner.headroom.carry) forecasts it.
 The memory gate takes a trial's measured trainer peak (the metrics contract's
 step_trainer_memory_ratio) at the longest sequence the trial trained, and carries it to the longest
 sequence the planned run will train. This runs rltune's own GRPO trainer code (rltune.grpo.loop:
-micro_batches, old_logprobs, ppo_update and _trainer_memory, the functions a trial runs) on batches
+micro_batches, old_logprobs, ppo_update and peak_trainer_memory, the functions a trial runs) on batches
 whose longest sequence is each of `--lengths` under one microBatchTokens budget, reads the measured
 peak after each step, and prints, for every pair of lengths, the measured peak at the longer one
 against the gate's carry from the shorter one. It needs a CUDA GPU: on the CPU the trainer reports
@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from rltune.api.models import ModelArch, RLTuningJobSpec  # noqa: E402
-from rltune.grpo.loop import _trainer_memory, micro_batches, old_logprobs, ppo_update, trainer_allocator  # noqa: E402
+from rltune.grpo.loop import micro_batches, old_logprobs, peak_trainer_memory, ppo_update, trainer_allocator  # noqa: E402
 from rltune.grpo.model import build_trainer_model, qwen2_config  # noqa: E402
 from rltune.tuner import baseline_record, headroom  # noqa: E402
 
@@ -48,7 +48,7 @@ SHAPES: dict[str, dict] = {
 }
 PROMPT = 64
 OOM = -1.0  # Point.measured of a step that ran out of memory
-GPU_TYPE = "H200"  # the physics' catalog entry the carry is computed with (the ratio, not the level)
+GPU_TYPE = "H200"  # the physics' catalog entry the carry is computed with (its state share and growth)
 
 
 @dataclass
@@ -113,7 +113,7 @@ def measure(shape: str, mbt: int, lengths: list[int], seed: int = 0, log=print) 
     g = torch.Generator().manual_seed(seed)
     # one step at the shortest length first: optimizer state exists from then on, as in a trial
     out: list[Point] = []
-    _trainer_memory(dev)
+    peak_trainer_memory(dev)
     for longest in [lengths[0]] + lengths:
         lens = step_lengths(longest, mbt)
         seqs = [torch.randint(4, cfg["vocab_size"], (n,), generator=g).tolist() for n in lens]
@@ -125,12 +125,12 @@ def measure(shape: str, mbt: int, lengths: list[int], seed: int = 0, log=print) 
             ppo_update(model, opt, seqs, starts, groups, old, [(-1.0) ** i for i in range(len(seqs))], dev)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)
-            peak = _trainer_memory(dev)
+            peak = peak_trainer_memory(dev)
         except torch.cuda.OutOfMemoryError:
             old = None
             opt.zero_grad(set_to_none=True)
             torch.cuda.empty_cache()
-            _trainer_memory(dev)
+            peak_trainer_memory(dev)
             peak = OOM
         pt = Point(shape, mbt, longest, peak, time.perf_counter() - t0)
         out.append(pt)

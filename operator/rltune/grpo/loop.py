@@ -106,7 +106,7 @@ def trainer_allocator() -> None:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", ALLOC_CONF)
 
 
-def _trainer_memory(device) -> float:
+def peak_trainer_memory(device) -> float:
     """Peak memory the trainer reserved since the last call / the GPU's memory; 0 on the CPU, where
     the contract's gauge means "not measured" (a host process has no fixed memory to run out of)."""
     import torch
@@ -462,7 +462,7 @@ def run(spec: TrialSpec, emit: Callable[[StepRecord], None], info: Optional[dict
                     logprob_mismatch=mismatch,
                     kv_usage=float(batch["kv_usage"]),
                     preemptions=float(batch["preemptions"]),
-                    trainer_memory=_trainer_memory(device),
+                    trainer_memory=peak_trainer_memory(device),
                     longest_sequence=float(max(len(s) for s in seqs)),
                     warmup=k < spec.warmup_steps,
                 )
