@@ -39,12 +39,14 @@ from rltune.grpo.loop import micro_batches, old_logprobs, peak_trainer_memory, p
 from rltune.grpo.model import build_trainer_model, qwen2_config  # noqa: E402
 from rltune.tuner import baseline_record, headroom  # noqa: E402
 
-# Public Qwen2.5 shapes (config.json of Qwen/Qwen2.5-0.5B and -1.5B on the Hugging Face hub;
+# Public Qwen2.5 shapes (config.json of Qwen/Qwen2.5-0.5B, -1.5B, -3B and -7B on the Hugging Face hub;
 # docs/references.md 'Model architectures' lists the family), plus a tiny one for the CPU.
 SHAPES: dict[str, dict] = {
     "tiny": dict(layers=2, hidden=128, heads=4, kvHeads=2, headDim=32, ffn=256, vocab=151936),
     "0.5b": dict(layers=24, hidden=896, heads=14, kvHeads=2, headDim=64, ffn=4864, vocab=151936),
     "1.5b": dict(layers=28, hidden=1536, heads=12, kvHeads=2, headDim=128, ffn=8960, vocab=151936),
+    "3b": dict(layers=36, hidden=2048, heads=16, kvHeads=2, headDim=128, ffn=11008, vocab=151936),
+    "7b": dict(layers=28, hidden=3584, heads=28, kvHeads=4, headDim=128, ffn=18944, vocab=152064),
 }
 PROMPT = 64
 OOM = -1.0  # Point.measured of a step that ran out of memory
