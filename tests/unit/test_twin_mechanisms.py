@@ -180,3 +180,95 @@ def test_fsdp_keeps_only_its_shard_of_the_weights_resident_under_colocated_rollo
     fsdp = train_cost(m14, seqs, "H100", 8, 16, c, efficiency("H100", {"fsdp": True}), False)
     megatron = train_cost(m14, seqs, "H100", 8, 16, c, efficiency("H100"), False)
     assert fsdp.resident_gib == pytest.approx(megatron.resident_gib / 8, rel=0.05)  # 8-way data parallel
+
+
+# ------------------------------------------------------------------------------------ eager FSDP layers
+
+
+def _fsdp_vs_megatron(model, recompute: str):
+    """(FSDP, Megatron) train_cost of the same batch and layout on 8 H200s, data parallel only."""
+    import numpy as np
+
+    from rltune.twin.training import train_cost
+
+    c = cfg(gpus=8, trainer=dict(tp=1, recompute=recompute, microBatchTokens=8192))
+    seqs = np.full(256, 4096)
+    fsdp = train_cost(model, seqs, "H200", 8, 8, c, efficiency("H200", {"fsdp": True}), False)
+    megatron = train_cost(model, seqs, "H200", 8, 8, c, efficiency("H200"), False)
+    return fsdp, megatron
+
+
+def test_eager_fsdp_layers_cost_bytes_not_flops():
+    """An FSDP (eager Hugging Face) trainer pays memory-bound element-wise kernels per token, layer and
+    hidden unit on top of the GEMMs: a narrow model pays a larger share of its step than a wide one,
+    the forward-only log-prob pass pays it too, and gradient checkpointing repeats the forward's."""
+    small = ModelSpec(preset="qwen2.5-7b").resolved().model_copy(update={"layers": 28, "hidden": 1536, "ffn": 8960})
+    share = {}
+    for name, m in (("1.5b", small), ("7b", M7)):
+        fsdp, megatron = _fsdp_vs_megatron(m, "none")
+        share[name] = fsdp.training / megatron.training - 1.0
+        assert fsdp.old_logprob > megatron.old_logprob
+    assert share["1.5b"] > 1.25 * share["7b"] > 0.0  # a FLOP-proportional cost would give equal shares
+    none, _ = _fsdp_vs_megatron(M7, "none")
+    full, megatron_full = _fsdp_vs_megatron(M7, "full")
+    _, megatron_none = _fsdp_vs_megatron(M7, "none")
+    extra_none = none.training - megatron_none.training
+    extra_full = full.training - megatron_full.training
+    eff = efficiency("H200", {"fsdp": True})
+    assert extra_full / extra_none == pytest.approx(
+        (eff.eager_train_bytes + eff.eager_fwd_bytes) / eff.eager_train_bytes, rel=0.01
+    )
+
+
+def test_eager_bytes_are_the_h200_measurement():
+    """The twin's element-wise bytes are the least-squares fit of the tracked H200 runs
+    (bench/trainer-speed-h200, `python -m bench.trainer_speed --points`), which explains each
+    measured point's element-wise time within 10%; gradient checkpointing's extra element-wise time
+    is the forward's, as the twin charges it."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.trainer_speed import Point, eager_bytes, recompute_bytes
+
+    runs = []
+    for f in sorted((Path(__file__).resolve().parents[2] / "bench" / "trainer-speed-h200").glob("*.json")):
+        saved = json.loads(f.read_text())
+        runs.append(([Point(**p) for p in saved["points"]], saved["mbt"], saved.get("recompute", "none")))
+    fitted = {e.pass_: e for e in eager_bytes([(p, mbt) for p, mbt, rc in runs if rc == "none"])}
+    eff = efficiency("H200")
+    assert fitted["fwd"].per_token_layer_hidden == pytest.approx(eff.eager_fwd_bytes, rel=0.02)
+    assert fitted["train"].per_token_layer_hidden == pytest.approx(eff.eager_train_bytes, rel=0.02)
+    for e in fitted.values():
+        assert len(e.fit) >= 4 and all(0.9 < v < 1.1 for v in e.fit)
+    # gradient checkpointing (the twin's recompute "full") adds the forward's element-wise time again
+    plain = next(p for p, mbt, rc in runs if rc == "none" and mbt == 4096)
+    full = next(p for p, mbt, rc in runs if rc == "full" and mbt == 4096)
+    extra = recompute_bytes(plain, full)
+    assert len(extra) >= 2 and all(v == pytest.approx(eff.eager_fwd_bytes, rel=0.1) for v in extra.values())
+
+
+def test_fsdp_update_is_within_a_quarter_of_the_h200_measurement():
+    """The twin's FSDP update of the measured batches (full vocabulary, GPU-bound shapes: the 0.5B
+    model left the H200 idle half the time, waiting on Python) against the H200's wall time."""
+    import json
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.trainer_speed import twin_seconds
+
+    n = 0
+    for f in sorted((Path(__file__).resolve().parents[2] / "bench" / "trainer-speed-h200").glob("*.json")):
+        saved = json.loads(f.read_text())
+        for p in saved["points"]:
+            if p["shape"] not in ("1.5b", "3b") or p["vocab"] < 100_000 or not p["train_s"]:
+                continue
+            _, update = twin_seconds(
+                p["shape"],
+                p["vocab"],
+                saved["seq"],
+                saved["seqs"],
+                saved["mbt"],
+                recompute=saved.get("recompute", "none"),
+            )
+            assert 0.75 < update / p["train_s"] < 1.25, (f.name, p["shape"], update, p["train_s"])
+            n += 1
+    assert n == 5

@@ -46,6 +46,11 @@ class Efficiency:
     pcie_bw: float = 25e9  # bytes/s host<->device per GPU (offload, sleep/wake)
     cpu_adam_params_per_s: float = 1.5e9  # parameters per second per GPU of a CPU Adam step
     mini_batches: int = 4  # optimizer steps (PPO mini-batches) per RL step: each is a pipeline flush
+    # HBM bytes per token x layer x hidden unit of an eager (FSDP, Hugging Face) layer's element-wise
+    # kernels, at this hardware's achieved bandwidth, in a forward and in a forward + backward: measured
+    # on an H200 (bench/trainer_speed.py, bench/trainer-speed-h200/; docs/twin.md 'Eager FSDP layers')
+    eager_fwd_bytes: float = 355.0
+    eager_train_bytes: float = 1175.0
     # --- weight sync ---------------------------------------------------------------------------
     ckpt_engine_eff: float = 0.235  # checkpoint-engine fraction of NIC bandwidth (verl: 30B 16->16 in 4.38 s)
     nccl_sync_ratio: float = 0.6  # NCCL broadcast bandwidth relative to checkpoint-engine

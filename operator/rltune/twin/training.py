@@ -4,7 +4,9 @@ FLOPs per token (docs/references.md 'Performance-model facts'): training 6*N_act
 (s = token-weighted sequence length,
 causal), forward-only log-prob passes 2*N_active + 2*L*s*d_q each; full recompute adds a forward.
 Achieved MFU = hardware MFU x micro-batch GEMM efficiency x TP/CP shape factors, plus explicit
-TP/EP/DP communication, the pipeline bubble (PP-1)/m per optimizer step, and offload transfers.
+TP/EP/DP communication, the pipeline bubble (PP-1)/m per optimizer step, and offload transfers. FSDP
+trainers (scenario fsdp) add the memory-bound element-wise kernels of the eager Hugging Face layers,
+measured on an H200 (bench/trainer_speed.py; docs/twin.md 'Eager FSDP layers').
 Memory per GPU: Megatron distributed optimizer 6 + 12/d bytes per parameter (params and grads
 replicated over data parallel, optimizer state sharded), activations per layer (Korthikanti et al.,
 with flash attention: no s^2 term) and the fp32 logits of one micro-batch.
@@ -170,6 +172,15 @@ def train_cost(
     m_per_flush = tok_per_group / nmb / mb_eff
     imb_train = dp_imbalance(seqs, 2.0 * active, 2.0 * L * dq, dp, nmb)
     compute = T * train_tok * slow / (g_t * peak * mfu) * imb_train
+    # FSDP trainers run the Hugging Face model code eagerly: its RMSNorms (in fp32), rotary embedding,
+    # SwiGLU and residual adds are separate memory-bound kernels whose time follows the bytes they move
+    # (tokens x layers x hidden), not the GEMMs' FLOPs. Megatron fuses them (Transformer Engine); its
+    # share stays inside train_mfu. Gradient checkpointing repeats the forward's.
+    eager = bool(eff.extra.get("fsdp"))
+    hbm = g.hbm_bw * eff.hbm
+    if eager:
+        ew_bytes = eff.eager_train_bytes + (eff.eager_fwd_bytes if tr.recompute == "full" else 0.0)
+        compute += T * L * h * ew_bytes / (g_t * hbm) * imb_train
     train_passes = 3.0 + (1.0 if tr.recompute == "full" else 0.0)
     t_train = (compute + comm(train_passes)) * bubble(m_per_flush, nmb, False)
     # Data-parallel gradient reduce-scatter + param all-gather per optimizer step.
@@ -191,7 +202,10 @@ def train_cost(
 
     # Forward-only log-prob passes (bigger micro-batches: verl uses 3x the train token budget).
     fwd_mfu = mfu * eff.fwd_ratio * ((3 * mb_eff) / (3 * mb_eff + eff.mb_half_tokens)) / f_mb
-    t_fwd = T * fwd_tok * slow / (g_t * peak * fwd_mfu) * dp_imbalance(seqs, 2.0 * active, 2.0 * L * dq, dp, 1)
+    imb_fwd = dp_imbalance(seqs, 2.0 * active, 2.0 * L * dq, dp, 1)
+    t_fwd = T * fwd_tok * slow / (g_t * peak * fwd_mfu) * imb_fwd
+    if eager:
+        t_fwd += T * L * h * eff.eager_fwd_bytes / (g_t * hbm) * imb_fwd
     t_fwd += comm(1.0)
     t_fwd *= bubble(tok_per_group / (3 * mb_eff), 1, True)
     if tr.offload:
