@@ -84,6 +84,12 @@ def _profiled(fn) -> dict:
     return out
 
 
+def gpu_seconds(kernels: dict) -> float:
+    """GPU time of a profiled pass: the sum of its kernels (what the twin models; the wall time adds
+    Python's dispatch where the GPU waits on it)."""
+    return sum(kernels.values()) / 1000.0
+
+
 def by_class(kernels: dict) -> dict:
     out = {"gemm": 0.0, "attention": 0.0, "other": 0.0}
     for name, ms in kernels.items():
@@ -268,8 +274,8 @@ def gemm_rates(tokens=(256, 512, 1024, 2048, 4096, 8192, 16384)) -> list[tuple[i
 def render(points: list[Point], seq: int, nseq: int, mbt: int, peak_tflops: float, recompute: str = "none") -> str:
     out = [
         "| shape | vocab | params | tokens | forward s | update s | update MFU | twin forward s | twin update s "
-        "| update: twin / measured | GPU time of the update: GEMM / attention / other |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| update: twin / measured | update GPU s | twin / GPU | GPU time of the update: GEMM / attention / other |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     from rltune.twin.errors import Infeasible
 
@@ -286,7 +292,9 @@ def render(points: list[Point], seq: int, nseq: int, mbt: int, peak_tflops: floa
             f"| {p.shape} | {p.vocab:,} | {p.params / 1e9:.2f}B | {p.tokens:,} | {p.fwd_s:.3f} | "
             f"{'out of memory' if p.train_s is None else f'{p.train_s:.3f}'} | "
             f"{'n/a' if mfu is None else f'{mfu:.1%}'} | {tf:.3f} | {'out of memory' if tt is None else f'{tt:.3f}'} | "
-            f"{'n/a' if p.train_s is None or tt is None else f'{tt / p.train_s:.2f}'} | {split} |"
+            f"{'n/a' if p.train_s is None or tt is None else f'{tt / p.train_s:.2f}'} | "
+            f"{f'{tot / 1000:.3f}' if tot else 'n/a'} | {f'{tt / (tot / 1000):.2f}' if tot and tt else 'n/a'} | "
+            f"{split} |"
         )
     return "\n".join(out)
 

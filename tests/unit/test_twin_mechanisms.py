@@ -247,13 +247,14 @@ def test_eager_bytes_are_the_h200_measurement():
     assert len(extra) >= 2 and all(v == pytest.approx(eff.eager_fwd_bytes, rel=0.1) for v in extra.values())
 
 
-def test_fsdp_update_is_within_a_quarter_of_the_h200_measurement():
-    """The twin's FSDP update of the measured batches (full vocabulary, GPU-bound shapes: the 0.5B
-    model left the H200 idle half the time, waiting on Python) against the H200's wall time."""
+def test_fsdp_update_is_within_a_fifth_of_the_h200_gpu_time():
+    """The twin's FSDP update of the measured batches (full vocabulary; 1.5B and 3B: the 0.5B model
+    left the H200 idle half the time, waiting on Python) against the H200's GPU time of the update
+    (its kernels' sum: the twin models the GPU's work, not Python's kernel dispatch)."""
     import json
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from bench.trainer_speed import twin_seconds
+    from bench.trainer_speed import gpu_seconds, twin_seconds
 
     n = 0
     for f in sorted((Path(__file__).resolve().parents[2] / "bench" / "trainer-speed-h200").glob("*.json")):
@@ -269,6 +270,7 @@ def test_fsdp_update_is_within_a_quarter_of_the_h200_measurement():
                 saved["mbt"],
                 recompute=saved.get("recompute", "none"),
             )
-            assert 0.75 < update / p["train_s"] < 1.25, (f.name, p["shape"], update, p["train_s"])
+            gpu = gpu_seconds(p["profile"]["train"])
+            assert 0.8 < update / gpu < 1.2, (f.name, p["shape"], update, gpu)
             n += 1
     assert n == 5
