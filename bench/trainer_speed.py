@@ -43,6 +43,7 @@ from rltune.grpo.model import build_trainer_model, qwen2_config  # noqa: E402
 
 SMALL_VOCAB = 4096
 GPU_TYPE = "H200"
+TRACKED = ROOT / "bench" / "trainer-speed-h200"  # the H200 runs the twin's eager bytes were fitted on
 
 
 @dataclass
@@ -54,6 +55,34 @@ class Point:
     fwd_s: Optional[float]  # old_logprobs over the batch (no grad)
     train_s: Optional[float]  # ppo_update: forward + backward + AdamW step; None = out of memory
     profile: dict = field(default_factory=dict)  # per pass ("fwd", "train"): GPU ms per kernel name
+
+
+def arch_of(shape: str, vocab: int) -> ModelArch:
+    """The Qwen2.5 shape of SHAPES with `vocab` tokens."""
+    return ModelArch.model_validate({"name": shape, "dtype": "bf16", **{**SHAPES[shape], "vocab": vocab}})
+
+
+def token_layer_hidden(p: Point) -> float:
+    """A point's tokens x layers x hidden units: what element-wise bytes are counted per."""
+    return p.tokens * SHAPES[p.shape]["layers"] * SHAPES[p.shape]["hidden"]
+
+
+def twin_bandwidth() -> float:
+    """The twin's achieved HBM bandwidth on GPU_TYPE (bytes/s): the unit of the eager bytes."""
+    from rltune.api.hardware import gpu as gpu_spec
+    from rltune.twin.efficiency import efficiency
+
+    return gpu_spec(GPU_TYPE).hbm_bw * efficiency(GPU_TYPE).hbm
+
+
+def load_runs(paths) -> list[tuple[list[Point], dict]]:
+    """Saved runs (the JSON `main` writes) as (points, the run's settings)."""
+    runs = [json.loads(Path(f).read_text()) for f in paths]
+    return [([Point(**p) for p in r["points"]], r) for r in runs]
+
+
+def tracked_runs() -> list[tuple[list[Point], dict]]:
+    return load_runs(sorted(TRACKED.glob("*.json")))
 
 
 def kernel_class(name: str) -> str:
@@ -104,7 +133,7 @@ def measure(
 
     trainer_allocator()
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    arch = ModelArch.model_validate({"name": shape, "dtype": "bf16", **{**SHAPES[shape], "vocab": vocab}})
+    arch = arch_of(shape, vocab)
     cfg = qwen2_config(arch, seq + 8)
     torch.manual_seed(0)
     with dev:
@@ -179,7 +208,7 @@ def twin_seconds(
     from rltune.twin.efficiency import efficiency
     from rltune.twin.training import train_cost
 
-    arch = ModelArch.model_validate({"name": shape, "dtype": "bf16", **{**SHAPES[shape], "vocab": vocab}})
+    arch = arch_of(shape, vocab)
     cfg = RLConfig.model_validate(
         {"gpus": 1, "trainer": {"tp": 1, "pp": 1, "microBatchTokens": mbt, "recompute": recompute}}
     )
@@ -208,10 +237,7 @@ def eager_bytes(runs: list[tuple[list[Point], int]]) -> list[EagerBytes]:
     """Least squares of the profiled non-GEMM, non-attention GPU time of the small-vocabulary points
     (their LM head and log-probabilities are negligible, so what remains is the layers') on
     tokens x layers x hidden and parameters x micro-batches, over every run (list of (points, mbt))."""
-    from rltune.api.hardware import gpu as gpu_spec
-    from rltune.twin.efficiency import efficiency
-
-    bw = gpu_spec(GPU_TYPE).hbm_bw * efficiency(GPU_TYPE).hbm
+    bw = twin_bandwidth()
     out = []
     for name in ("fwd", "train"):
         x, y = [], []
@@ -219,8 +245,7 @@ def eager_bytes(runs: list[tuple[list[Point], int]]) -> list[EagerBytes]:
             for p in points:
                 if p.vocab != SMALL_VOCAB or name not in p.profile:
                     continue
-                sh = SHAPES[p.shape]
-                x.append([p.tokens * sh["layers"] * sh["hidden"], p.params * max(1, p.tokens // mbt)])
+                x.append([token_layer_hidden(p), p.params * max(1, p.tokens // mbt)])
                 y.append(by_class(p.profile[name])["other"] / 1000.0)
         if len(y) < 2:
             continue
@@ -234,10 +259,7 @@ def recompute_bytes(plain: list[Point], recomputed: list[Point]) -> dict[tuple[s
     """Per (shape, vocab) measured both ways on the same batch (two runs' points): the element-wise GPU
     time gradient checkpointing adds to the update, as HBM bytes per token x layer x hidden unit at the
     twin's H200 bandwidth (the twin adds eager_fwd_bytes: the backward redoes the forward's kernels)."""
-    from rltune.api.hardware import gpu as gpu_spec
-    from rltune.twin.efficiency import efficiency
-
-    bw = gpu_spec(GPU_TYPE).hbm_bw * efficiency(GPU_TYPE).hbm
+    bw = twin_bandwidth()
     base = {(p.shape, p.vocab): p for p in plain if "train" in p.profile}
     out = {}
     for p in recomputed:
@@ -245,8 +267,7 @@ def recompute_bytes(plain: list[Point], recomputed: list[Point]) -> dict[tuple[s
         if q is None or "train" not in p.profile:
             continue
         extra = (by_class(p.profile["train"])["other"] - by_class(q.profile["train"])["other"]) / 1000.0
-        sh = SHAPES[p.shape]
-        out[(p.shape, p.vocab)] = extra * bw / (p.tokens * sh["layers"] * sh["hidden"])
+        out[(p.shape, p.vocab)] = extra * bw / token_layer_hidden(p)
     return out
 
 
@@ -321,7 +342,7 @@ def main(argv=None) -> int:
             print(f"| {k} | {n} | {m} | {tf:.1f} |")
         return 0
     if a.points:
-        runs = [json.loads(Path(f).read_text()) for f in a.points]
+        parsed = load_runs(a.points)
     else:
         import torch
 
@@ -343,8 +364,7 @@ def main(argv=None) -> int:
             "points": [asdict(p) for p in points],
         }
         Path(a.out).write_text(json.dumps(out, indent=1))
-        runs = [out]
-    parsed = [([Point(**p) for p in r["points"]], r) for r in runs]
+        parsed = [(points, out)]
     for points, r in parsed:
         print(
             f"\ndevice: {r['device']}; {r['seqs']} x {r['seq']} tokens, microBatchTokens {r['mbt']}, "

@@ -209,9 +209,8 @@ def test_eager_fsdp_layers_cost_bytes_not_flops():
         share[name] = fsdp.training / megatron.training - 1.0
         assert fsdp.old_logprob > megatron.old_logprob
     assert share["1.5b"] > 1.25 * share["7b"] > 0.0  # a FLOP-proportional cost would give equal shares
-    none, _ = _fsdp_vs_megatron(M7, "none")
+    none, megatron_none = _fsdp_vs_megatron(M7, "none")
     full, megatron_full = _fsdp_vs_megatron(M7, "full")
-    _, megatron_none = _fsdp_vs_megatron(M7, "none")
     extra_none = none.training - megatron_none.training
     extra_full = full.training - megatron_full.training
     eff = efficiency("H200", {"fsdp": True})
@@ -225,15 +224,10 @@ def test_eager_bytes_are_the_h200_measurement():
     (bench/trainer-speed-h200, `python -m bench.trainer_speed --points`), which explains each
     measured point's element-wise time within 10%; gradient checkpointing's extra element-wise time
     is the forward's, as the twin charges it."""
-    import json
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from bench.trainer_speed import Point, eager_bytes, recompute_bytes
+    from bench.trainer_speed import eager_bytes, recompute_bytes, tracked_runs
 
-    runs = []
-    for f in sorted((Path(__file__).resolve().parents[2] / "bench" / "trainer-speed-h200").glob("*.json")):
-        saved = json.loads(f.read_text())
-        runs.append(([Point(**p) for p in saved["points"]], saved["mbt"], saved.get("recompute", "none")))
+    runs = [(points, r["mbt"], r.get("recompute", "none")) for points, r in tracked_runs()]
     fitted = {e.pass_: e for e in eager_bytes([(p, mbt) for p, mbt, rc in runs if rc == "none"])}
     eff = efficiency("H200")
     assert fitted["fwd"].per_token_layer_hidden == pytest.approx(eff.eager_fwd_bytes, rel=0.02)
@@ -251,26 +245,18 @@ def test_fsdp_update_is_within_a_fifth_of_the_h200_gpu_time():
     """The twin's FSDP update of the measured batches (full vocabulary; 1.5B and 3B: the 0.5B model
     left the H200 idle half the time, waiting on Python) against the H200's GPU time of the update
     (its kernels' sum: the twin models the GPU's work, not Python's kernel dispatch)."""
-    import json
-
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from bench.trainer_speed import gpu_seconds, twin_seconds
+    from bench.trainer_speed import gpu_seconds, tracked_runs, twin_seconds
 
     n = 0
-    for f in sorted((Path(__file__).resolve().parents[2] / "bench" / "trainer-speed-h200").glob("*.json")):
-        saved = json.loads(f.read_text())
-        for p in saved["points"]:
-            if p["shape"] not in ("1.5b", "3b") or p["vocab"] < 100_000 or not p["train_s"]:
+    for points, saved in tracked_runs():
+        for p in points:
+            if p.shape not in ("1.5b", "3b") or p.vocab < 100_000 or not p.train_s:
                 continue
             _, update = twin_seconds(
-                p["shape"],
-                p["vocab"],
-                saved["seq"],
-                saved["seqs"],
-                saved["mbt"],
-                recompute=saved.get("recompute", "none"),
+                p.shape, p.vocab, saved["seq"], saved["seqs"], saved["mbt"], recompute=saved.get("recompute", "none")
             )
-            gpu = gpu_seconds(p["profile"]["train"])
-            assert 0.8 < update / gpu < 1.2, (f.name, p["shape"], update, gpu)
+            gpu = gpu_seconds(p.profile["train"])
+            assert 0.8 < update / gpu < 1.2, (saved["mbt"], p.shape, update, gpu)
             n += 1
     assert n == 5
