@@ -16,7 +16,8 @@ and reduction kernels: memory-bound work whose time follows bytes, not FLOPs).
 Shapes the GPU cannot train (7B: fp32 master weights, grads and Adam state alone are 122 GB) are
 timed forward-only and say so. `--points` re-prints saved runs next to the current twin, and fits
 the element-wise bytes the twin's FSDP trainer takes (rltune.twin.efficiency: eager_fwd_bytes,
-eager_train_bytes) over them.
+eager_train_bytes) and the attention kernels' speed by sequence length (attn_fwd_ratio, attn_bwd_ratio,
+attn_half_len) over them.
 """
 
 from __future__ import annotations
@@ -271,6 +272,57 @@ def recompute_bytes(plain: list[Point], recomputed: list[Point]) -> dict[tuple[s
     return out
 
 
+@dataclass
+class AttentionSpeed:
+    """Flash-attention kernel speed as a fraction of the dense bf16 peak, by sequence length s:
+    e(s) = e_max s / (s + half_len) for the forward and for the backward kernels. Summed over a
+    batch, attention time is then 2 L d_q sum(s (s + half_len)) / (peak e_max): the kernels cost as
+    if every token attended half_len more context tokens (rltune.twin.efficiency: attn_*)."""
+
+    fwd_max: float
+    bwd_max: float
+    half_len: float
+    fit: list[float]  # fitted / measured attention time of each point and pass
+
+
+def attention_flops(p: Point, seq: int) -> float:
+    """Causal attention FLOPs of one forward over a point's batch of `seq`-token sequences
+    (QK^T and AV: 2 s^2 d_q per layer and sequence)."""
+    sh = SHAPES[p.shape]
+    return 2.0 * seq * seq * sh["heads"] * sh["headDim"] * sh["layers"] * (p.tokens // seq)
+
+
+def attention_speed(runs: list[tuple[list[Point], dict]], head_dim: int = 128) -> AttentionSpeed:
+    """Least squares of the profiled attention GPU time of every pass of every point whose heads are
+    `head_dim` wide: a forward pass runs the forward kernels once, the update forward + backward,
+    and under gradient checkpointing the forward twice (Qwen2.5-0.5B's 64-wide heads run slower and
+    are left out). The half length is the grid value with the least relative error."""
+    from rltune.api.hardware import gpu as gpu_spec
+
+    peak = gpu_spec(GPU_TYPE).bf16_tflops * 1e12
+    obs = []  # (seq, forward kernel passes, backward kernel passes, FLOPs of one forward, seconds)
+    for points, r in runs:
+        for p in points:
+            if SHAPES[p.shape]["headDim"] != head_dim:
+                continue
+            f = attention_flops(p, r["seq"])
+            for name, nf, nb in (("fwd", 1, 0), ("train", 2 if r.get("recompute") == "full" else 1, 1)):
+                if name in p.profile:
+                    obs.append((r["seq"], nf, nb, f, by_class(p.profile[name])["attention"] / 1000.0))
+    best = None
+    for half in np.arange(100.0, 4000.0, 10.0):
+        # t = F (s + half) / (s peak) (nf / e_fwd + 2 nb / e_bwd): linear in 1 / e_fwd and 1 / e_bwd
+        a = np.array([[o[3] * (o[0] + half) / (o[0] * peak) * k for k in (o[1], 2 * o[2])] for o in obs])
+        t = np.array([o[4] for o in obs])
+        w = 1.0 / t
+        coef = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)[0]
+        err = float(np.sum((a @ coef / t - 1.0) ** 2))
+        if best is None or err < best[0]:
+            best = (err, half, coef, a @ coef / t)
+    _, half, coef, fit = best
+    return AttentionSpeed(1.0 / coef[0], 1.0 / coef[1], float(half), [float(v) for v in fit])
+
+
 def gemm_rates(tokens=(256, 512, 1024, 2048, 4096, 8192, 16384)) -> list[tuple[int, int, int, float]]:
     """bf16 [tokens, k] x [k, n] products at the FFN shapes of Qwen2.5-1.5B, -7B and -14B: TFLOP/s,
     the mean of 20 after 3 warm-ups (how GEMM speed follows the micro-batch's tokens)."""
@@ -382,6 +434,12 @@ def main(argv=None) -> int:
             f"| {e.pass_} | {e.per_token_layer_hidden:.0f} | {e.per_param_microbatch:.1f} | "
             f"{', '.join(f'{v:.2f}' for v in e.fit)} |"
         )
+    att = attention_speed(parsed)
+    print(
+        f"\nAttention kernels (heads 128 wide), fraction of {peak:.0f} TFLOP/s by sequence length s: "
+        f"forward {att.fwd_max:.3f} s / (s + {att.half_len:.0f}), backward {att.bwd_max:.3f} s / (s + "
+        f"{att.half_len:.0f}); fitted / measured: {', '.join(f'{v:.2f}' for v in att.fit)}"
+    )
     extra = {}
     for full, rf in parsed:  # each recomputed run against the plain run of the same batch
         for plain, rp in parsed:
