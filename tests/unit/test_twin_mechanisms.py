@@ -260,3 +260,55 @@ def test_fsdp_update_is_within_a_fifth_of_the_h200_gpu_time():
             assert 0.8 < update / gpu < 1.2, (saved["mbt"], p.shape, update, gpu)
             n += 1
     assert n == 5
+
+
+# ------------------------------------------------------------------------------------ attention kernels
+
+
+def _attention_seconds(seq: int, recompute: str = "selective") -> tuple[float, float]:
+    """(the twin's time for one more forward of the attention kernels over 128k tokens of `seq`-token
+    sequences on 8 H200s, the attention FLOPs of that forward per GPU): selective recompute reruns
+    exactly the attention core, so the difference to recompute none is one attention forward."""
+    import numpy as np
+
+    from rltune.twin.training import train_cost
+
+    c = cfg(gpus=8, trainer=dict(tp=4, pp=1, microBatchTokens=16384, recompute="none"))
+    sel = c.model_copy(update={"trainer": c.trainer.model_copy(update={"recompute": recompute})})
+    seqs = np.full(131072 // seq, seq)
+    eff = efficiency("H200")
+    base = train_cost(M7, seqs, "H200", 8, 8, c, eff, False).training
+    more = train_cost(M7, seqs, "H200", 8, 8, sel, eff, False).training
+    flops = 2.0 * M7.layers * M7.heads * M7.head_dim * seq * 131072 / 8
+    return more - base, flops
+
+
+def test_attention_kernels_run_slower_on_shorter_sequences():
+    """Training attention runs at the flash-attention kernels' own speed, which falls for shorter
+    sequences (a GEMM-rate attention would take the same time per FLOP at every length), and at the
+    speed the H200 measured for its forward: e(s) = fwd_max s / (s + half_len)."""
+    eff = efficiency("H200")
+    peak = gpu("H200").bf16_tflops * 1e12
+    speed = {}
+    for seq in (1024, 4096, 16384):
+        t, flops = _attention_seconds(seq)
+        speed[seq] = flops / t / peak
+        want = eff.train_mfu * eff.attn_fwd_ratio * seq / (seq + eff.attn_half_len)
+        assert speed[seq] == pytest.approx(want, rel=0.01)
+    assert speed[1024] < 0.75 * speed[4096] < speed[16384] < eff.train_mfu * eff.attn_fwd_ratio
+
+
+def test_attention_speed_is_the_h200_measurement():
+    """The twin's attention constants are the fit of the tracked H200 runs' attention kernel time
+    (`python -m bench.trainer_speed --points`: every pass of the 1.5B, 3B and 7B points, with and
+    without gradient checkpointing), which explains each within 10%."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.trainer_speed import attention_speed, tracked_runs
+
+    fit = attention_speed(tracked_runs())
+    eff = efficiency("H200")
+    assert fit.fwd_max == pytest.approx(eff.train_mfu * eff.attn_fwd_ratio, rel=0.02)
+    assert fit.bwd_max == pytest.approx(eff.train_mfu * eff.attn_bwd_ratio, rel=0.02)
+    assert fit.half_len == pytest.approx(eff.attn_half_len, rel=0.05)
+    assert len(fit.fit) >= 15 and all(0.9 < v < 1.1 for v in fit.fit)
+    assert fit.bwd_max < fit.fwd_max  # the backward kernels are the slower ones

@@ -51,6 +51,13 @@ class Efficiency:
     # on an H200 (bench/trainer_speed.py, bench/trainer-speed-h200/; docs/twin.md 'Eager FSDP layers')
     eager_fwd_bytes: float = 355.0
     eager_train_bytes: float = 1175.0
+    # Flash-attention kernels in training and log-prob passes: forward and backward speed relative to
+    # train_mfu at long sequences, and the sequence length at which they reach half of it. Fitted to
+    # the H200 runs (cuDNN SDPA, 128-wide heads: forward 0.611 and backward 0.445 of dense peak,
+    # half speed at 980 tokens) over train_mfu 0.85 (docs/twin.md 'Attention kernels')
+    attn_fwd_ratio: float = 0.719
+    attn_bwd_ratio: float = 0.524
+    attn_half_len: float = 980.0
     # --- weight sync ---------------------------------------------------------------------------
     ckpt_engine_eff: float = 0.235  # checkpoint-engine fraction of NIC bandwidth (verl: 30B 16->16 in 4.38 s)
     nccl_sync_ratio: float = 0.6  # NCCL broadcast bandwidth relative to checkpoint-engine

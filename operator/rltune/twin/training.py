@@ -3,7 +3,8 @@
 FLOPs per token (docs/references.md 'Performance-model facts'): training 6*N_active + 6*L*s*d_q
 (s = token-weighted sequence length,
 causal), forward-only log-prob passes 2*N_active + 2*L*s*d_q each; full recompute adds a forward.
-Achieved MFU = hardware MFU x micro-batch GEMM efficiency x TP/CP shape factors, plus explicit
+Linear layers run at hardware MFU x micro-batch GEMM efficiency x TP/CP shape factors; attention at
+the flash-attention kernels' own speed by sequence length (measured on an H200), plus explicit
 TP/EP/DP communication, the pipeline bubble (PP-1)/m per optimizer step, and offload transfers. FSDP
 trainers (scenario fsdp) add the memory-bound element-wise kernels of the eager Hugging Face layers,
 measured on an H200 (bench/trainer_speed.py; docs/twin.md 'Eager FSDP layers').
@@ -99,10 +100,15 @@ def train_cost(
     s_eff = float((seqs * seqs).sum() / T)
     s_max = float(seqs.max())
     dq = model.heads * model.head_dim
-    attn_fwd = 2.0 * L * dq * s_eff
-    fwd_tok = 2.0 * active + attn_fwd
-    extra = {"none": 0.0, "selective": attn_fwd, "full": fwd_tok}[tr.recompute]
-    train_tok = 3.0 * fwd_tok + extra
+    # Linear layers: 2 N_active FLOPs per token per forward; the update runs forward + backward (3x),
+    # full recompute one forward more. Attention: flash-attention kernels run at their own speed,
+    # a fraction of the GEMMs' that grows with the sequence (e = ratio x train_mfu x s / (s + half);
+    # measured on an H200, docs/twin.md 'Attention kernels'), so summed over a batch they cost as if
+    # each token attended `attn_half_len` more context tokens; context parallel splits each sequence
+    # into cp shorter blocks. Selective and full recompute both rerun the forward's attention.
+    lin_passes = 3.0 + (1.0 if tr.recompute == "full" else 0.0)
+    attn_fwd_passes = 1.0 + (0.0 if tr.recompute == "none" else 1.0)
+    attn_kernel_tok = 2.0 * L * dq * (s_eff + eff.attn_half_len * cp)
     # FP8 training (scenario train_fp8, used for Megatron-Bridge rows): quantisation overheads keep the
     # real speed-up well under the 2x datasheet ratio.
     peak = g.bf16_tflops * 1e12 * (eff.fp8_train_speedup if eff.extra.get("train_fp8") else 1.0)
@@ -116,6 +122,8 @@ def train_cost(
     f_tp = 1.0 / (1.0 + 0.03 * (tp - 1))
     f_cp = 1.0 / (1.0 + 0.04 * (cp - 1))
     mfu = eff.train_mfu * f_mb * f_tp * f_cp
+    attn_fwd_speed = peak * eff.train_mfu * f_cp * eff.attn_fwd_ratio
+    attn_bwd_speed = peak * eff.train_mfu * f_cp * eff.attn_bwd_ratio
     # MoE grouped GEMMs: tokens per local expert per micro-batch.
     expert_frac = 0.0
     f_moe = 1.0
@@ -171,7 +179,8 @@ def train_cost(
     nmb = max(1, eff.mini_batches)
     m_per_flush = tok_per_group / nmb / mb_eff
     imb_train = dp_imbalance(seqs, 2.0 * active, 2.0 * L * dq, dp, nmb)
-    compute = T * train_tok * slow / (g_t * peak * mfu) * imb_train
+    attn_train = attn_kernel_tok * (attn_fwd_passes / attn_fwd_speed + 2.0 / attn_bwd_speed)
+    compute = T * (2.0 * active * lin_passes * slow / (peak * mfu) + attn_train) / g_t * imb_train
     # FSDP trainers run the Hugging Face model code eagerly: its RMSNorms (in fp32), rotary embedding,
     # SwiGLU and residual adds are separate memory-bound kernels whose time follows the bytes they move
     # (tokens x layers x hidden), not the GEMMs' FLOPs. Megatron fuses them (Transformer Engine); its
@@ -203,7 +212,7 @@ def train_cost(
     # Forward-only log-prob passes (bigger micro-batches: verl uses 3x the train token budget).
     fwd_mfu = mfu * eff.fwd_ratio * ((3 * mb_eff) / (3 * mb_eff + eff.mb_half_tokens)) / f_mb
     imb_fwd = dp_imbalance(seqs, 2.0 * active, 2.0 * L * dq, dp, 1)
-    t_fwd = T * fwd_tok * slow / (g_t * peak * fwd_mfu) * imb_fwd
+    t_fwd = T * (2.0 * active * slow / (peak * fwd_mfu) + attn_kernel_tok / attn_fwd_speed) / g_t * imb_fwd
     if eager:
         t_fwd += T * L * h * eff.eager_fwd_bytes / (g_t * hbm) * imb_fwd
     t_fwd += comm(1.0)
