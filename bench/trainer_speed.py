@@ -16,8 +16,8 @@ and reduction kernels: memory-bound work whose time follows bytes, not FLOPs).
 Shapes the GPU cannot train (7B: fp32 master weights, grads and Adam state alone are 122 GB) are
 timed forward-only and say so. `--points` re-prints saved runs next to the current twin, and fits
 the element-wise bytes the twin's FSDP trainer takes (rltune.twin.efficiency: eager_fwd_bytes,
-eager_train_bytes) and the attention kernels' speed by sequence length (attn_fwd_ratio, attn_bwd_ratio,
-attn_half_len) over them.
+eager_train_bytes), the attention kernels' speed by sequence length (attn_fwd_ratio, attn_bwd_ratio,
+attn_half_len) and the forward passes' GEMM rate (fwd_ratio) over them.
 """
 
 from __future__ import annotations
@@ -323,6 +323,21 @@ def attention_speed(runs: list[tuple[list[Point], dict]], head_dim: int = 128) -
     return AttentionSpeed(1.0 / coef[0], 1.0 / coef[1], float(half), [float(v) for v in fit])
 
 
+def forward_gemm_ratio(runs: list[tuple[list[Point], dict]]) -> list[float]:
+    """Per small-vocabulary point measured both ways (no recompute): the GEMM rate of its forward-only
+    log-prob pass over that of its update (which runs 3x the forward's GEMM FLOPs), from the profiled
+    GEMM time. The twin's `fwd_ratio` says how much slower forward-only passes run their GEMMs."""
+    out = []
+    for points, r in runs:
+        if r.get("recompute", "none") != "none":
+            continue
+        for p in points:
+            if p.vocab == SMALL_VOCAB and "fwd" in p.profile and "train" in p.profile:
+                fwd, train = by_class(p.profile["fwd"])["gemm"], by_class(p.profile["train"])["gemm"]
+                out.append(train / (3.0 * fwd))
+    return out
+
+
 def gemm_rates(tokens=(256, 512, 1024, 2048, 4096, 8192, 16384)) -> list[tuple[int, int, int, float]]:
     """bf16 [tokens, k] x [k, n] products at the FFN shapes of Qwen2.5-1.5B, -7B and -14B: TFLOP/s,
     the mean of 20 after 3 warm-ups (how GEMM speed follows the micro-batch's tokens)."""
@@ -440,6 +455,12 @@ def main(argv=None) -> int:
         f"forward {att.fwd_max:.3f} s / (s + {att.half_len:.0f}), backward {att.bwd_max:.3f} s / (s + "
         f"{att.half_len:.0f}); fitted / measured: {', '.join(f'{v:.2f}' for v in att.fit)}"
     )
+    ratios = forward_gemm_ratio(parsed)
+    if ratios:
+        print(
+            "\nForward-only GEMM rate over the update's (small vocabulary, no recompute): "
+            + ", ".join(f"{v:.2f}" for v in ratios)
+        )
     extra = {}
     for full, rf in parsed:  # each recomputed run against the plain run of the same batch
         for plain, rp in parsed:

@@ -312,3 +312,19 @@ def test_attention_speed_is_the_h200_measurement():
     assert fit.half_len == pytest.approx(eff.attn_half_len, rel=0.05)
     assert len(fit.fit) >= 15 and all(0.9 < v < 1.1 for v in fit.fit)
     assert fit.bwd_max < fit.fwd_max  # the backward kernels are the slower ones
+
+
+def test_forward_passes_run_their_gemms_at_the_training_rate():
+    """A forward-only log-prob pass runs the training forward's GEMMs: on the H200 their rate was the
+    update's within 6% at every model size measured, so the twin's default fwd_ratio is that ratio
+    (the H20 keeps the value fitted to its published log-prob phases)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    import statistics
+
+    from bench.trainer_speed import forward_gemm_ratio, tracked_runs
+
+    ratios = forward_gemm_ratio(tracked_runs())
+    assert len(ratios) >= 4 and all(0.9 < r < 1.1 for r in ratios)
+    assert efficiency("H200").fwd_ratio == pytest.approx(statistics.median(ratios), rel=0.03)
+    assert efficiency("B300").fwd_ratio == efficiency("H200").fwd_ratio
+    assert efficiency("H20").fwd_ratio == pytest.approx(0.60)

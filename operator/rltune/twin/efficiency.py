@@ -36,7 +36,10 @@ class Efficiency:
     net_latency: float = 8e-6
     # --- training (Megatron/FSDP) ------------------------------------------------------------
     train_mfu: float = 0.45  # MFU of big bf16 training GEMMs at ideal shapes
-    fwd_ratio: float = 0.60  # efficiency of forward-only log-prob passes relative to training
+    # GEMM efficiency of forward-only log-prob passes relative to training's: the same GEMMs (on an
+    # H200 their rate was the update's within 6%: bench/trainer_speed.py; docs/twin.md 'Forward
+    # passes'). The H20 keeps its fitted 0.60 (its log-prob phases, below).
+    fwd_ratio: float = 1.0
     moe_gemm_tokens: float = 256.0  # tokens per local expert at which grouped GEMMs reach half speed
     moe_width_half: float = 1024.0  # expert FFN width at which expert GEMMs (+ glue) reach half speed
     fp8_train_speedup: float = 1.4  # achieved FP8/BF16 training speed ratio (datasheet: 2x)
