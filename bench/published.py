@@ -238,7 +238,7 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
                 task = task.model_copy(update={"prompts_per_step": n})
                 scn["mini_batches"] = max(1, n // 32)
                 A.append(f"{n} prompts per step (require_batches x 32 x 4, YAML assumption), {n // 32} mini-batches")
-            cfg = _verl_cfg(r, **fsdp7)
+            cfg = _verl_cfg(r, **(fsdp7 if async_row else cal.VERL_FSDP_7B_COLOCATED))
             if async_row:
                 scn["rollout_logprobs"] = True
             return model, task, hw, gpn, cfg, scn, A
