@@ -44,7 +44,7 @@ from rltune.grpo.model import build_trainer_model, qwen2_config  # noqa: E402
 
 SMALL_VOCAB = 4096
 GPU_TYPE = "H200"
-TRACKED = ROOT / "bench" / "trainer-speed-h200"  # the H200 runs the twin's eager bytes were fitted on
+TRACKED = ROOT / "bench" / "trainer-speed-h200"  # the H200 runs the twin's trainer constants were fitted on
 
 
 @dataclass
@@ -309,16 +309,17 @@ def attention_speed(runs: list[tuple[list[Point], dict]], head_dim: int = 128) -
             for name, nf, nb in (("fwd", 1, 0), ("train", 2 if r.get("recompute") == "full" else 1, 1)):
                 if name in p.profile:
                     obs.append((r["seq"], nf, nb, f, by_class(p.profile[name])["attention"] / 1000.0))
+    seq, nf, nb, flops, t = (np.array(c, dtype=float) for c in zip(*obs))
+    passes = np.stack([nf, 2.0 * nb], axis=1)  # forward kernel passes, backward at twice the FLOPs
     best = None
     for half in np.arange(100.0, 4000.0, 10.0):
         # t = F (s + half) / (s peak) (nf / e_fwd + 2 nb / e_bwd): linear in 1 / e_fwd and 1 / e_bwd
-        a = np.array([[o[3] * (o[0] + half) / (o[0] * peak) * k for k in (o[1], 2 * o[2])] for o in obs])
-        t = np.array([o[4] for o in obs])
-        w = 1.0 / t
-        coef = np.linalg.lstsq(a * w[:, None], t * w, rcond=None)[0]
-        err = float(np.sum((a @ coef / t - 1.0) ** 2))
+        a = (flops * (seq + half) / (seq * peak))[:, None] * passes
+        coef = np.linalg.lstsq(a / t[:, None], np.ones_like(t), rcond=None)[0]  # relative errors
+        fit = a @ coef / t
+        err = float(np.sum((fit - 1.0) ** 2))
         if best is None or err < best[0]:
-            best = (err, half, coef, a @ coef / t)
+            best = (err, half, coef, fit)
     _, half, coef, fit = best
     return AttentionSpeed(1.0 / coef[0], 1.0 / coef[1], float(half), [float(v) for v in fit])
 
