@@ -183,6 +183,16 @@ def split_of(data: dict) -> dict[str, str]:
 # ------------------------------------------------------------------------------ twin inputs per row
 
 
+# The ReTool rows' workload (docs/published-steps.md, "The ReTool rows"). Assistant turns: verl's
+# recipe/retool README publishes val num_turns/mean 7.2 after SFT and 10 after RL, and its agent loop counts
+# num_turns = user + assistant + 1 with one tool reply per assistant turn but the last, so 3.6-5 assistant
+# turns: 4. Observations: verl truncates a tool reply to max_tool_response_length = 256 characters
+# (default, set by neither script); Qwen2.5 writes digits one token each, so <= ~128 tokens + ~20 of the
+# Hermes tool-response wrapper. Latency: rStar2-Agent's Python code environment averages 0.3 s per call
+# (arXiv 2508.20722); Sandbox Fusion publishes none. Sandboxes: the tool config's rate limit (128).
+RETOOL_TURNS, RETOOL_OBS_TOKENS, RETOOL_TOOL_S, RETOOL_SANDBOXES = 4, 150, 0.3, 128
+
+
 def _verl_async(r: dict) -> dict:
     thr = float(r["async"]["staleness_threshold"])
     return dict(staleness=max(1, math.ceil(thr)), partialRollout=True, staleFraction=thr)
@@ -256,6 +266,9 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             scn = {**cal.VERL_FSDP_SCN, "rollout_logprobs": True}
             return model, task, hw, gpn, _verl_cfg(r, **fsdp7), scn, A
         if rid.startswith("verl-fa-7b-retool"):
+            # The ReTool workload and knobs from the scripts at the page's commit (docs/published-steps.md,
+            # "The ReTool rows"): recipe/retool/run_qwen2_7b_dapo.sh for colocated (its batch 64, mini 16
+            # and 16 turns are the page's), recipe/fully_async_policy/shell/dapo_7b_async_retool.sh async.
             task = TaskSpec(
                 kind="agentic-coding",
                 promptsPerStep=64,
@@ -263,14 +276,28 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
                 maxPromptTokens=2048,
                 maxResponseTokens=16384,
                 responseLengthCv=2.0,
+                turns=RETOOL_TURNS,
+                toolLatencySeconds=RETOOL_TOOL_S,
+                sandboxes=RETOOL_SANDBOXES,
             )
             A.append(
-                "R-e: agentic-coding task with the twin's defaults (mean turns 20, tool latency 20 s, 1,200 "
-                "observation tokens per turn, mean response max/4); FSDP2 knobs of the 28k rows; 4 mini-batches (64/16)"
+                f"R-e: {RETOOL_TURNS} assistant turns (recipe/retool README: val num_turns 7.2 after SFT, 10 after "
+                f"RL; num_turns = user + assistant + 1), {RETOOL_OBS_TOKENS} observation tokens per turn (verl's "
+                f"max_tool_response_length 256 characters), {RETOOL_TOOL_S} s per code execution (rStar2-Agent's "
+                f"Python environment), {RETOOL_SANDBOXES} sandboxes (the tool config's rate limit), mean response max/4"
             )
-            rollout = dict(cal.VERL_FSDP_7B["rollout"])
-            trainer = dict(cal.VERL_FSDP_7B["trainer"])
-            scn = {**cal.VERL_FSDP_SCN, "mini_batches": 4}
+            A.append(
+                "script knobs: rollout tp4, gmu "
+                + ("0.8" if async_row else "0.9")
+                + ", 8,192 batched tokens (verl default); Ulysses sp4, 18,432 tokens per GPU, full recompute"
+                + ("" if async_row else ", actor offload")
+                + "; 4 mini-batches (64/16)"
+            )
+            rollout = dict(
+                tp=4, gpuMemoryUtilization=0.8 if async_row else 0.9, maxNumSeqs=1024, maxNumBatchedTokens=8192
+            )
+            trainer = dict(tp=1, cp=4, microBatchTokens=18432, recompute="full", offload=not async_row)
+            scn = {**cal.VERL_FSDP_SCN, "mini_batches": 4, "obs_tokens": float(RETOOL_OBS_TOKENS)}
             cfg = _verl_cfg(r, rollout, trainer)
             if async_row:
                 scn["rollout_logprobs"] = True

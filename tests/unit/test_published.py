@@ -162,3 +162,21 @@ def test_the_report_is_embedded_once_and_survives_a_calibrate_rewrite(tmp_path):
     cal.write_doc(tab, stats, doc)
     text = doc.read_text()
     assert text.count(pub.BEGIN) == 1 and "report two" in text and "intro" not in text
+
+
+def test_retool_rows_run_the_recipe_workload(data, built):
+    """The ReTool rows are math with a Python interpreter, not the twin's SWE defaults (20 turns, 1,200
+    observation tokens, 20 s tools): turns within the recipe's published range and under its cap,
+    replies within verl's tool-reply cap, the script's offload per mode."""
+    yaml_rows = {r["id"]: r for r in data["rows"]}
+    rows = [b for b in built if b.id.startswith("verl-fa-7b-retool")]
+    assert len(rows) == 2
+    for b in rows:
+        task, scn, cfg = b.inputs["task"], b.inputs["scenario"], RLConfig.model_validate(b.inputs["cfg"])
+        r = yaml_rows[b.id]
+        # verl's num_turns = user + assistant + 1; the README publishes 7.2 (SFT) and 10 (RL)
+        assert (7.2 - 1) / 2 <= task.turns <= 10 / 2 and task.turns <= r["agentic"]["max_assistant_turns"]
+        assert scn["obs_tokens"] <= 256  # max_tool_response_length characters: at most one token each
+        assert task.tool_latency_seconds < 30 and task.sandboxes == 128  # the tool config's timeout, rate limit
+        assert cfg.trainer.offload is (r["mode"] == "colocated_sync"), b.id
+        assert cfg.trainer.micro_batch_tokens == 18432 and cfg.trainer.cp == 4, b.id
