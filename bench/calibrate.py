@@ -122,8 +122,23 @@ VERL_FSDP_7B = dict(
 # optimizer and the reference (recipe/dapo/test_dapo_7b_math.sh at c711dd7: offload=True); the
 # fully-async scripts keep the actor on the GPU (actor_offload=False)
 VERL_FSDP_7B_COLOCATED = dict(rollout=VERL_FSDP_7B["rollout"], trainer=dict(VERL_FSDP_7B["trainer"], offload=True))
-VERL_SCN = {"mini_batches": 16, "prompt_mean_tokens": 200}
+# verl's trainer.offload is its actor param/optimizer offload: the state swapped between phases, Adam on
+# the GPU (docs/twin.md 'Offload'), not DeepSpeed's CPU Adam
+VERL_SCN = {"mini_batches": 16, "prompt_mean_tokens": 200, "offload_swap": True}
 VERL_FSDP_SCN = {**VERL_SCN, "fsdp": True}
+# verl's one-step-off recipe at the page's commit (verl/experimental/one_step_off_policy/shell/ at
+# b178a3c): the colocated baselines offload the actor (offload=True) and give vLLM 0.80 of the memory;
+# the 4:12 scripts keep the actor on the GPU (actor_offload=False), also at 0.80
+VERL_OSP_MEGATRON_COLOCATED = dict(
+    gpus=16,
+    rollout=dict(tp=2, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=10240),
+    trainer=dict(tp=2, microBatchTokens=10240, recompute="full", offload=True),
+)
+VERL_OSP_FSDP2_COLOCATED = dict(
+    gpus=16,
+    rollout=dict(tp=2, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=22528),
+    trainer=dict(tp=1, cp=4, microBatchTokens=45056, recompute="full", offload=True),
+)
 M = {"step": "step", "gen": "generation", "old_log_prob": "old_logprob", "update": "training"}
 MA = {"step": "step", "gen (trainer wait)": "waiting", "update": "training"}
 
@@ -225,15 +240,12 @@ RL_ROWS = [
         rl_row(
             preset("qwen2.5-7b"),
             DAPO7_8K,
-            dict(
-                gpus=16,
-                rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=10240),
-                trainer=dict(tp=2, microBatchTokens=10240, recompute="full"),
-            ),
+            VERL_OSP_MEGATRON_COLOCATED,
             VERL_SCN,
             M,
         ),
-        "Megatron tp2, mbt 10k, full recompute; rollout tp2 gmu 0.6; 512x16; mean response 1,000, CV 1.5 (assumed)",
+        "Megatron tp2, mbt 10k, full recompute, param/optimizer offload; rollout tp2 gmu 0.8 (the recipe's "
+        "colocated script); 512x16; mean response 1,000, CV 1.5 (assumed)",
     ),
     Row(
         "verl one_step_off.md",
@@ -265,15 +277,12 @@ RL_ROWS = [
         rl_row(
             preset("qwen2.5-7b"),
             DAPO7_20K,
-            dict(
-                gpus=16,
-                rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=22528),
-                trainer=dict(tp=1, cp=4, microBatchTokens=45056, recompute="full"),
-            ),
+            VERL_OSP_FSDP2_COLOCATED,
             VERL_FSDP_SCN,
             M,
         ),
-        "FSDP2 sp4 (cp4); rollout tp2; mean response 1,000, CV 2 (assumed)",
+        "FSDP2 sp4 (cp4), param/optimizer offload; rollout tp2 gmu 0.8 (the recipe's colocated script); "
+        "mean response 1,000, CV 2 (assumed)",
     ),
     Row(
         "verl fully_async.md (30B)",

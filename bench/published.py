@@ -303,12 +303,7 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
                 scn["rollout_logprobs"] = True
             return model, task, hw, gpn, cfg, scn, A
         if rid == "verl-osp-7b-megatron-colocate-16":
-            cfg = dict(
-                gpus=16,
-                rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=10240),
-                trainer=dict(tp=2, microBatchTokens=10240, recompute="full"),
-            )
-            return model, cal.DAPO7_8K, hw, gpn, cfg, dict(cal.VERL_SCN), A
+            return model, cal.DAPO7_8K, hw, gpn, dict(cal.VERL_OSP_MEGATRON_COLOCATED), dict(cal.VERL_SCN), A
         if rid == "verl-osp-7b-megatron-onestepoff-4-12":
             cfg = dict(
                 gpus=16,
@@ -321,14 +316,10 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             )
             return model, cal.DAPO7_8K, hw, gpn, cfg, dict(cal.VERL_SCN), A
         if rid.startswith("verl-osp-7b-fsdp2"):
-            cfg = dict(
-                gpus=16,
-                rollout=dict(tp=2, gpuMemoryUtilization=0.6, maxNumSeqs=1024, maxNumBatchedTokens=22528),
-                trainer=dict(tp=1, cp=4, microBatchTokens=45056, recompute="full"),
-            )
+            cfg = dict(cal.VERL_OSP_FSDP2_COLOCATED)
             if r["mode"] == "one_step_off":
                 cfg.update(placement="disaggregated", trainerGpus=12, weightSync="nccl", **{"async": dict(staleness=1)})
-                cfg["rollout"] = dict(cfg["rollout"], gpuMemoryUtilization=0.8)
+                cfg["trainer"] = dict(cfg["trainer"], offload=False)
                 A.append(
                     "sibling conventions: calibrate's FSDP2 colocated row; one-step-off as calibrate's Megatron 4:12"
                 )
@@ -358,6 +349,8 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
                 "published mean response 1,960; 96/32 = 3 mini-batches; verl defaults for rollout gmu/seqs "
                 "(R-e); Megatron TP8 PP12 EP8 with param/optimizer offload (script); no reference (not stated)"
             )
+            # optimizer_offload_fraction 1.0 is Megatron's CPU optimizer (Adam on the host every step): the
+            # twin's default offload, not verl's swap of an optimizer that steps on the GPU
             return model, task, hw, gpn, cfg, {"mini_batches": 3}, A
         raise KeyError(rid)
 
@@ -450,7 +443,8 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
                 "verl bash example on the page: FSDP Ulysses sp4 (cp4), offload, ppo_max_token_len 30000, "
                 "mini 32 -> 4 mini-batches, reference pass (ref time published); verl defaults otherwise (R-e)"
             )
-            return model, task, hw, gpn, cfg, {"mini_batches": 4, "fsdp": True, "reference_policy": True}, A
+            scn = {"mini_batches": 4, "fsdp": True, "reference_policy": True, "offload_swap": True}
+            return model, task, hw, gpn, cfg, scn, A
         verl = rid.startswith("rlinf-verl")
         cfg = dict(
             gpus=8,

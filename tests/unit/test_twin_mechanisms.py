@@ -4,7 +4,8 @@
 - async pipeline: fractional staleness orders the step times and leaves a measurable trainer wait;
 - rollout across nodes: a replica spanning two NVLink domains pays network latency per collective,
   not a multiple of the in-node cost;
-- NVLink domain: a property of the hardware (NVL72 racks), not of gpusPerNode.
+- NVLink domain: a property of the hardware (NVL72 racks), not of gpusPerNode;
+- offload: verl's swap of the state between phases is not DeepSpeed's CPU Adam.
 """
 
 import sys
@@ -180,6 +181,36 @@ def test_fsdp_keeps_only_its_shard_of_the_weights_resident_under_colocated_rollo
     fsdp = train_cost(m14, seqs, "H100", 8, 16, c, efficiency("H100", {"fsdp": True}), False)
     megatron = train_cost(m14, seqs, "H100", 8, 16, c, efficiency("H100"), False)
     assert fsdp.resident_gib == pytest.approx(megatron.resident_gib / 8, rel=0.05)  # 8-way data parallel
+
+
+# ------------------------------------------------------------------------------------ offload
+
+
+def _offload_costs(scenario: dict):
+    """train_cost of a 7B FSDP update on 32 H20s (16 mini-batches) without and with trainer.offload."""
+    import numpy as np
+
+    from rltune.twin.training import train_cost
+
+    seqs = np.full(512 * 16, 3000)
+    eff = efficiency("H20", {"fsdp": True, "mini_batches": 16, **scenario})
+    out = []
+    for off in (False, True):
+        c = cfg(gpus=32, trainer=dict(tp=1, cp=4, recompute="full", microBatchTokens=61440, offload=off))
+        out.append(train_cost(M7, seqs, "H20", 8, 32, c, eff, False))
+    return out
+
+
+def test_verl_offload_swaps_the_state_once_per_step_with_adam_on_the_gpu():
+    """verl's actor offload moves the state to the host between phases and back for the update
+    (fsdp_workers.update_actor), Adam on the GPU: under a second here, and the GPU holds the whole
+    state while it trains. DeepSpeed's CPU Adam pays PCIe and a host optimizer every optimizer step."""
+    on_gpu, swap = _offload_costs({"offload_swap": True})
+    _, cpu_adam = _offload_costs({})
+    assert 0 < swap.training - on_gpu.training < 1.0
+    assert swap.mem_gib == pytest.approx(on_gpu.mem_gib, rel=1e-9)
+    assert swap.resident_gib == cpu_adam.resident_gib == 0.0 < on_gpu.resident_gib
+    assert cpu_adam.training - on_gpu.training > 10 * (swap.training - on_gpu.training)
 
 
 # ------------------------------------------------------------------------------------ eager FSDP layers

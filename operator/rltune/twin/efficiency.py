@@ -48,6 +48,10 @@ class Efficiency:
     tp_overlap: float = 0.5  # fraction of TP traffic hidden behind GEMMs
     pcie_bw: float = 25e9  # bytes/s host<->device per GPU (offload, sleep/wake)
     cpu_adam_params_per_s: float = 1.5e9  # parameters per second per GPU of a CPU Adam step
+    # What trainer.offload does: False, DeepSpeed's ZeRO-Offload (OpenRLHF --ds.adam_offload: Adam on the
+    # CPU every optimizer step); True, verl's actor param/optimizer offload (the state leaves the GPU
+    # between phases, Adam on the GPU; verl/workers/fsdp_workers.py update_actor)
+    offload_swap: bool = False
     mini_batches: int = 4  # optimizer steps (PPO mini-batches) per RL step: each is a pipeline flush
     # HBM bytes per token x layer x hidden unit of an eager (FSDP, Hugging Face) layer's element-wise
     # kernels, at this hardware's achieved bandwidth, in a forward and in a forward + backward: measured

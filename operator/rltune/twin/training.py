@@ -5,7 +5,8 @@ FLOPs per token (docs/references.md 'Performance-model facts'): training 6*N_act
 causal), forward-only log-prob passes 2*N_active + 2*L*s*d_q each; full recompute adds a forward.
 Linear layers run at hardware MFU x micro-batch GEMM efficiency x TP/CP shape factors; attention at
 the flash-attention kernels' own speed by sequence length (measured on an H200), plus explicit
-TP/EP/DP communication, the pipeline bubble (PP-1)/m per optimizer step, and offload transfers. FSDP
+TP/EP/DP communication, the pipeline bubble (PP-1)/m per optimizer step, and offload transfers (CPU Adam
+every optimizer step, or verl's swap of the state between phases: docs/twin.md 'Offload'). FSDP
 trainers (scenario fsdp) add the memory-bound element-wise kernels of the eager Hugging Face layers,
 measured on an H200 (bench/trainer_speed.py; docs/twin.md 'Eager FSDP layers').
 Memory per GPU: Megatron distributed optimizer 6 + 12/d bytes per parameter (params and grads
@@ -204,10 +205,25 @@ def train_cost(
     d_dense = g_t / (tp * pp)
     d_exp = g_t / (etp * pp * ep)
     shard = p_dense / (tp * pp) / d_dense + p_exp / (ep * etp * pp) / d_exp
-    if tr.offload:
+    # Model state per GPU when it stays on the GPU, and its bf16 weights.
+    if eff.extra.get("fsdp"):
+        # FSDP / ZeRO-3 (verl's default trainer): params, grads and optimizer all sharded over data parallel.
+        state_gpu = (p_dense / (tp * pp)) * 18.0 / d_dense + (p_exp / (ep * etp * pp)) * 18.0 / d_exp + total / L * 2.0 * 2
+        # bf16 weights that stay on the GPU while colocated rollouts run: FSDP keeps only its data-parallel
+        # shard (full tensors exist only inside a layer's forward/backward); Megatron its model-parallel shard
+        weights_gpu = (p_dense / (tp * pp)) * 2.0 / d_dense + (p_exp / (ep * etp * pp)) * 2.0 / d_exp
+    else:
+        state_gpu = (p_dense / (tp * pp)) * (6.0 + 12.0 / d_dense) + (p_exp / (ep * etp * pp)) * (6.0 + 12.0 / d_exp)
+        weights_gpu = p_gpu * 2.0
+    cpu_adam = tr.offload and not eff.offload_swap
+    if cpu_adam:  # ZeRO-Offload (DeepSpeed, OpenRLHF --ds.adam_offload): CPU Adam every optimizer step
         t_train += nmb * (shard / eff.cpu_adam_params_per_s + shard * 6.0 / eff.pcie_bw + p_gpu * 2.0 * 2 / eff.pcie_bw)
     else:
         t_train += nmb * shard * 16.0 * 2 / (g.hbm_bw * eff.hbm)
+    if tr.offload and eff.offload_swap:
+        # verl's actor offload: the state leaves the GPU between phases and comes back for the update,
+        # where Adam runs on the GPU; the weights' own moves are the colocated switch's (core._switch)
+        t_train += 2.0 * (state_gpu - weights_gpu) / eff.pcie_bw
 
     # Forward-only log-prob passes (bigger micro-batches: verl uses 3x the train token budget).
     fwd_mfu = mfu * eff.fwd_ratio * ((3 * mb_eff) / (3 * mb_eff + eff.mb_half_tokens)) / f_mb
@@ -217,19 +233,13 @@ def train_cost(
         t_fwd += T * L * h * eff.eager_fwd_bytes / (g_t * hbm) * imb_fwd
     t_fwd += comm(1.0)
     t_fwd *= bubble(tok_per_group / (3 * mb_eff), 1, True)
-    if tr.offload:
+    if cpu_adam:
         t_fwd += p_gpu * 2.0 / eff.pcie_bw
     t_old = t_fwd
     t_ref = t_fwd if reference else 0.0
 
-    # Memory per GPU.
-    if tr.offload:
-        state = p_gpu * 4.0
-    elif eff.extra.get("fsdp"):
-        # FSDP / ZeRO-3 (verl's default trainer): params, grads and optimizer all sharded over data parallel.
-        state = (p_dense / (tp * pp)) * 18.0 / d_dense + (p_exp / (ep * etp * pp)) * 18.0 / d_exp + total / L * 2.0 * 2
-    else:
-        state = (p_dense / (tp * pp)) * (6.0 + 12.0 / d_dense) + (p_exp / (ep * etp * pp)) * (6.0 + 12.0 / d_exp)
+    # Memory per GPU (a swapped state is all on the GPU while it trains).
+    state = p_gpu * 4.0 if cpu_adam else state_gpu
     act_tok = max(mb, s_max / cp)
     f_act = model.ffn if not model.is_moe else (model.active_experts + model.shared_experts) * model.expert_ffn * 1.2
     per_layer_tok = (17.0 * h + 6.0 * f_act) / tp
@@ -253,15 +263,7 @@ def train_cost(
             f"logits {logits / GiB:.0f} GiB; raise tp/pp/cp, lower microBatchTokens, recompute or offload)",
             oom=True,
         )
-    # bf16 weights that stay on the GPU while colocated rollouts run: Megatron keeps its model-parallel
-    # shard whole; FSDP keeps only its data-parallel shard (full tensors exist only inside a layer's
-    # forward/backward)
-    if tr.offload:
-        resident = 0.0
-    elif eff.extra.get("fsdp"):
-        resident = (p_dense / (tp * pp)) * 2.0 / d_dense + (p_exp / (ep * etp * pp)) * 2.0 / d_exp
-    else:
-        resident = p_gpu * 2.0
+    resident = 0.0 if tr.offload else weights_gpu
     achieved = T * 6.0 * active / (g_t * peak * t_train) if t_train > 0 else 0.0
     return TrainCost(
         old_logprob=t_old,
