@@ -208,7 +208,8 @@ def train_cost(
     # Model state per GPU when it stays on the GPU, and its bf16 weights.
     if eff.extra.get("fsdp"):
         # FSDP / ZeRO-3 (verl's default trainer): params, grads and optimizer all sharded over data parallel.
-        state_gpu = (p_dense / (tp * pp)) * 18.0 / d_dense + (p_exp / (ep * etp * pp)) * 18.0 / d_exp + total / L * 2.0 * 2
+        state_gpu = (p_dense / (tp * pp)) * 18.0 / d_dense + (p_exp / (ep * etp * pp)) * 18.0 / d_exp
+        state_gpu += total / L * 2.0 * 2
         # bf16 weights that stay on the GPU while colocated rollouts run: FSDP keeps only its data-parallel
         # shard (full tensors exist only inside a layer's forward/backward); Megatron its model-parallel shard
         weights_gpu = (p_dense / (tp * pp)) * 2.0 / d_dense + (p_exp / (ep * etp * pp)) * 2.0 / d_exp
