@@ -409,3 +409,27 @@ def test_a_side_hidden_behind_the_other_adds_little_to_the_step_uncertainty():
     balanced = ph | {"training": 700.0}
     balanced_trainer = step_variance(off, balanced, {"training": 0.3, "old_logprob": 0.3})
     assert math.sqrt(balanced_trainer) > 0.3 * math.hypot(30.0, 210.0)
+
+
+@pytest.mark.parametrize("framework", ["verl", "openrlhf"])
+def test_offload_costs_what_the_framework_makes_it(framework):
+    """verl's offload swaps the trainer's state between phases (Adam on the GPU): about free in time,
+    and no trainer memory saved while it trains. OpenRLHF's is DeepSpeed's CPU Adam: slower, and
+    the optimizer's state leaves the GPU (docs/twin.md 'Offload')."""
+    from rltune.tuner import baseline_record
+
+    spec = job(
+        workload={"framework": framework, "model": {"preset": "qwen2.5-7b"}, "task": {"kind": "math"}},
+        baseline={"rollout": {"tp": 2, "gpuMemoryUtilization": 0.6}, "trainer": {"tp": 2}},
+    )
+    fc = Forecaster(spec)
+    cfg = baseline_record(spec).config
+    on, off = fc.raw(cfg.with_knobs({"trainer.offload": True}).flat()), fc.raw(cfg.flat())
+    slower = on.phases["training"] / off.phases["training"]
+    if framework == "verl":
+        assert 1.0 < slower < 1.02
+        assert on.trainer_mem_frac == pytest.approx(off.trainer_mem_frac)
+    else:
+        assert slower > 1.3
+        assert on.trainer_mem_frac < off.trainer_mem_frac
+    assert on.colocated_frac < off.colocated_frac  # either way nothing stays resident during rollouts

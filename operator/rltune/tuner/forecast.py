@@ -257,7 +257,7 @@ class Forecaster:
         self.gpn = spec.resources.gpus_per_node
         self.budget = spec.resources.gpu_budget
         self.obs = [(c, s) for c, s in observations if s is not None and not s.failed and s.steps > 0]
-        self.task = measured_task(self.task, self.obs)
+        self.task = measured_task(self.task, self.obs, spec.workload.framework)
         self.calibrated = bool(self.obs)
         self.absent: set[str] = set()
         self.additive: dict[str, float] = {}
@@ -548,7 +548,7 @@ class Forecaster:
         return ", ".join(new)
 
 
-def measured_task(task, obs) -> physics.TaskFacts:
+def measured_task(task, obs, framework: str = "twin") -> physics.TaskFacts:
     """The task as the first measurement saw it: the mean response length the spec declares is a
     guess (truncation at the context limit, early stops); the generated tokens per step are not.
     An agentic episode ends when its prompt, turns and tool observations fill the context: the
@@ -556,8 +556,9 @@ def measured_task(task, obs) -> physics.TaskFacts:
     so the longest episode, and with it the long tail, is cut there (physics.truncated_at), not at
     max_response_tokens, and they size the live context that bounds the KV cache's batch. A
     single-turn task has no such cut: its declared mean was simply off.
-    (The tool wait per generated token stays the declared turn's: truncation drops whole turns.)"""
-    tf = physics.task_facts_cached(task)
+    (The tool wait per generated token stays the declared turn's: truncation drops whole turns.)
+    `framework` carries its offload semantics (physics.offload_swaps)."""
+    tf = physics.job_task_facts(task, framework)
     mean = obs[0][1].generated_tokens / tf.n_seq if obs else 0.0
     if not 0.05 * tf.mean_len <= mean <= tf.max_len:
         return tf

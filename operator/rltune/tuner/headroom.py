@@ -92,7 +92,8 @@ def carry(spec: RLTuningJobSpec, config: RLConfig, measured: float, seen: float,
     if run <= seen:
         return measured
     k = config.flat()
-    model, task, r = spec.workload.model.resolved(), spec.workload.task, spec.resources
+    model, r = spec.workload.model.resolved(), spec.resources
+    task = physics.job_task_facts(spec.workload.task, spec.workload.framework)
     at_seen = physics.trainer_memory_at(model, task, r.gpu_type, r.gpus_per_node, k, r.gpu_budget, seen)
     at_run = physics.trainer_memory_at(model, task, r.gpu_type, r.gpus_per_node, k, r.gpu_budget, run)
     if at_seen is None or at_run is None or at_seen.total <= 0:

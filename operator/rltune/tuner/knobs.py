@@ -245,7 +245,9 @@ CATALOG: list[Knob] = [
         False,
         lambda s, m: [False, True],
         "none",
-        "offloading optimizer state frees GPU memory but slows every update",
+        "OpenRLHF (DeepSpeed CPU Adam): offloading optimizer state frees GPU memory but slows every "
+        "update; verl: the state leaves the GPU between phases, which frees memory for colocated "
+        "rollouts at about no time, not for training",
         features={"off": _flag},
         prior_sd={"trainer": 0.4},
     ),

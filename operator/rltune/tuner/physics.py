@@ -178,6 +178,9 @@ class TaskFacts:
     # agentic: tool-observation tokens in the context per generated token, once measured (a
     # baseline's trained / generated tokens); -1: unknown, a turn's observation taken as the prompt
     obs_per_token: float = -1.0
+    # what trainer.offload is in the job's framework (offload_swaps): verl swaps the state between
+    # phases and steps Adam on the GPU; otherwise DeepSpeed-style CPU Adam every optimizer step
+    offload_swap: bool = False
 
 
 def task_facts(t: TaskSpec) -> TaskFacts:
@@ -197,6 +200,24 @@ def task_facts(t: TaskSpec) -> TaskFacts:
         t.kind == "agentic-coding",
         float(turns) * float(tool) / max(mean_len, 1.0) if t.kind == "agentic-coding" else 0.0,
     )
+
+
+# host<->GPU bytes per second per GPU of an offload swap (PCIe 4/5 x16 in practice; docs/twin.md 'Offload')
+SWAP_PCIE_BYTES_S = 25e9
+
+
+def offload_swaps(framework: str) -> bool:
+    """Whether the framework's trainer.offload swaps the trainer's state between phases (verl's actor
+    param/optimizer offload: Adam on the GPU, the whole state there while it trains, nothing resident
+    during colocated rollouts) rather than running Adam on the host every optimizer step (DeepSpeed's
+    ZeRO-Offload, OpenRLHF's --ds.adam_offload). docs/twin.md 'Offload'."""
+    return framework == "verl"
+
+
+def job_task_facts(task: TaskSpec, framework: str) -> TaskFacts:
+    """A job's task facts with its framework's offload semantics."""
+    tf = task_facts_cached(task)
+    return dataclasses.replace(tf, offload_swap=True) if offload_swaps(framework) else tf
 
 
 def trainer_of(mf: ModelFacts, tf: TaskFacts, gpu_type: str, gt: int, k: dict, seq_tokens: float = 0.0) -> TrainerPart:
@@ -230,11 +251,17 @@ class TrainerMemory:
 
 
 def trainer_memory_at(
-    model: ModelArch, task: TaskSpec, gpu_type: str, gpus_per_node: int, k: dict, budget: int, seq_tokens: float
+    model: ModelArch,
+    task: "TaskSpec | TaskFacts",
+    gpu_type: str,
+    gpus_per_node: int,
+    k: dict,
+    budget: int,
+    seq_tokens: float,
 ) -> Optional[TrainerMemory]:
     """The trainer's memory picture of configuration `k` when its largest micro-batch holds one
     `seq_tokens`-token sequence (None where the physics refuses the layout)."""
-    mf, tf = facts_cached(model), task_facts_cached(task)
+    mf, tf = facts_cached(model), task if isinstance(task, TaskFacts) else task_facts_cached(task)
     _, gt, _ = split(k, budget, gpus_per_node)
     tr = trainer_of(mf, tf, gpu_type, gt, k, seq_tokens)
     return TrainerMemory(tr.mem_frac, tr.state_frac, tr.activation_frac) if tr.feasible else None
@@ -548,7 +575,8 @@ def trainer_part(
     if mf.moe_layers:
         x = mbt * mf.k * ep / mf.experts  # tokens per local expert per micro-batch
         eff *= 0.55 + 0.45 * x / (x + 512.0)
-    if offload:
+    cpu_adam = offload and not tf.offload_swap  # a swap (verl) costs a transfer per step, not efficiency
+    if cpu_adam:
         eff *= 0.65
     peak = g.bf16_tflops * 1e12 * gpus_t
     # communication of one forward pass, per GPU: TP all-reduces (NVLink, half hidden behind GEMMs)
@@ -566,7 +594,7 @@ def trainer_part(
         comm += byts * ((1 - off) / (g.nvlink_bw * 0.6) + off / (g.nic_bw * 0.5))
     passes = 2.0 + (1.0 if recompute == "full" else 0.0)
     train = 3.0 * fwd * rc * tokens / (peak * eff) + passes * comm
-    old = fwd * tokens / (peak * eff / (0.65 if offload else 1.0) * 1.1) + comm
+    old = fwd * tokens / (peak * eff / (0.65 if cpu_adam else 1.0) * 1.1) + comm
     ref = old
     # memory (docs/references.md 'Performance-model facts': Megatron distributed optimizer
     # 6 + 12/d bytes per parameter)
@@ -574,7 +602,10 @@ def trainer_part(
     ne_gpu = mf.nonexpert / (tp * pp)
     ex_gpu = routed / (max(ep, 1) * pp) if mf.moe_layers else 0.0
     edp = max(1, gpus_t // (max(ep, 1) * pp))
-    state = model_state_bytes(ne_gpu, ex_gpu, dp * cp, edp, offload)
+    state = model_state_bytes(ne_gpu, ex_gpu, dp * cp, edp, cpu_adam)
+    if offload and not cpu_adam:
+        # the swapped state beyond the bf16 weights goes to the GPU and back once per step over PCIe
+        train += 2.0 * (state - (ne_gpu + ex_gpu) * 2.0) / SWAP_PCIE_BYTES_S
     s = max(mbt, seq_tokens) / cp
     h = mf.hidden
     per_layer = {
