@@ -244,10 +244,13 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             task = cal.DAPO7_28K
             scn = dict(cal.VERL_FSDP_SCN)
             if rid.startswith("verl-fa-7b-async-64-64-reqbatch"):
-                n = {1: 128, 2: 256, 4: 512}[r["async"]["require_batches"]]
-                task = task.model_copy(update={"prompts_per_step": n})
-                scn["mini_batches"] = max(1, n // 32)
-                A.append(f"{n} prompts per step (require_batches x 32 x 4, YAML assumption), {n // 32} mini-batches")
+                # 512 prompts per logged step whatever require_batches: the doc's rule trigger_parameter_sync_step
+                # = train_batch_size / (require_batches x ppo_mini_batch_size) and the table's alike 100-step totals
+                A.append(
+                    "512 prompts per step for every require_batches (trigger = 512 / (require_batches x 32), the "
+                    "doc's rule; the table's 100-step totals agree); response lengths that differ by "
+                    "require_batches (the section says so) not modelled"
+                )
             cfg = _verl_cfg(r, **(fsdp7 if async_row else cal.VERL_FSDP_7B_COLOCATED))
             if async_row:
                 scn["rollout_logprobs"] = True
