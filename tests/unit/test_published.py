@@ -180,3 +180,13 @@ def test_retool_rows_run_the_recipe_workload(data, built):
         assert task.tool_latency_seconds < 30 and task.sandboxes == 128  # the tool config's timeout, rate limit
         assert cfg.trainer.offload is (r["mode"] == "colocated_sync"), b.id
         assert cfg.trainer.micro_batch_tokens == 18432 and cfg.trainer.cp == 4, b.id
+
+
+def test_require_batches_rows_train_a_whole_batch_per_logged_step(built):
+    """verl's rule for comparing with colocated runs (trigger_parameter_sync_step = train_batch_size /
+    (require_batches x ppo_mini_batch_size)): every require_batches row logs 512 prompts per step."""
+    rows = [b for b in built if b.id.startswith("verl-fa-7b-async-64-64-reqbatch")]
+    assert len(rows) == 3
+    for b in rows:
+        assert b.inputs["task"].prompts_per_step == 512, b.id
+        assert b.inputs["scenario"]["mini_batches"] == 512 // 32, b.id
