@@ -139,6 +139,21 @@ VERL_OSP_FSDP2_COLOCATED = dict(
     rollout=dict(tp=2, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=22528),
     trainer=dict(tp=1, cp=4, microBatchTokens=45056, recompute="full", offload=True),
 )
+
+
+def verl_osp_4_12(colocated: dict) -> dict:
+    """The one-step-off recipe's 4:12 run of a colocated baseline's knobs: separate pools (4 rollout,
+    12 trainer GPUs), NCCL sync, staleness 1 without partial rollout, the actor kept on the GPU."""
+    return dict(
+        colocated,
+        placement="disaggregated",
+        trainerGpus=12,
+        weightSync="nccl",
+        trainer=dict(colocated["trainer"], offload=False),
+        **{"async": dict(staleness=1)},
+    )
+
+
 M = {"step": "step", "gen": "generation", "old_log_prob": "old_logprob", "update": "training"}
 MA = {"step": "step", "gen (trainer wait)": "waiting", "update": "training"}
 
@@ -255,15 +270,7 @@ RL_ROWS = [
         rl_row(
             preset("qwen2.5-7b"),
             DAPO7_8K,
-            dict(
-                gpus=16,
-                placement="disaggregated",
-                trainerGpus=12,
-                weightSync="nccl",
-                rollout=dict(tp=2, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=10240),
-                trainer=dict(tp=2, microBatchTokens=10240, recompute="full"),
-                **{"async": dict(staleness=1)},
-            ),
+            verl_osp_4_12(VERL_OSP_MEGATRON_COLOCATED),
             VERL_SCN,
             {"step": "step", "old_log_prob": "old_logprob", "update": "training"},
         ),

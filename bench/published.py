@@ -308,21 +308,12 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
         if rid == "verl-osp-7b-megatron-colocate-16":
             return model, cal.DAPO7_8K, hw, gpn, dict(cal.VERL_OSP_MEGATRON_COLOCATED), dict(cal.VERL_SCN), A
         if rid == "verl-osp-7b-megatron-onestepoff-4-12":
-            cfg = dict(
-                gpus=16,
-                placement="disaggregated",
-                trainerGpus=12,
-                weightSync="nccl",
-                rollout=dict(tp=2, gpuMemoryUtilization=0.8, maxNumSeqs=1024, maxNumBatchedTokens=10240),
-                trainer=dict(tp=2, microBatchTokens=10240, recompute="full"),
-                **{"async": dict(staleness=1)},
-            )
+            cfg = cal.verl_osp_4_12(cal.VERL_OSP_MEGATRON_COLOCATED)
             return model, cal.DAPO7_8K, hw, gpn, cfg, dict(cal.VERL_SCN), A
         if rid.startswith("verl-osp-7b-fsdp2"):
             cfg = dict(cal.VERL_OSP_FSDP2_COLOCATED)
             if r["mode"] == "one_step_off":
-                cfg.update(placement="disaggregated", trainerGpus=12, weightSync="nccl", **{"async": dict(staleness=1)})
-                cfg["trainer"] = dict(cfg["trainer"], offload=False)
+                cfg = cal.verl_osp_4_12(cfg)
                 A.append(
                     "sibling conventions: calibrate's FSDP2 colocated row; one-step-off as calibrate's Megatron 4:12"
                 )
