@@ -603,9 +603,10 @@ def trainer_part(
     ex_gpu = routed / (max(ep, 1) * pp) if mf.moe_layers else 0.0
     edp = max(1, gpus_t // (max(ep, 1) * pp))
     state = model_state_bytes(ne_gpu, ex_gpu, dp * cp, edp, cpu_adam)
+    weights = (ne_gpu + ex_gpu) * 2.0  # bf16
     if offload and not cpu_adam:
         # the swapped state beyond the bf16 weights goes to the GPU and back once per step over PCIe
-        train += 2.0 * (state - (ne_gpu + ex_gpu) * 2.0) / SWAP_PCIE_BYTES_S
+        train += 2.0 * (state - weights) / SWAP_PCIE_BYTES_S
     s = max(mbt, seq_tokens) / cp
     h = mf.hidden
     per_layer = {
@@ -619,9 +620,7 @@ def trainer_part(
     logits = s * mf.vocab * 6.0 / tp
     mem = state + act + logits + TRAINER_TEMP_BYTES
     frac = mem / g.hbm_bytes  # memory feasibility is judged by the caller (MemLimits)
-    return TrainerPart(
-        old, ref, train, True, "", frac, (ne_gpu + ex_gpu) * 2.0, state / g.hbm_bytes, (act + logits) / g.hbm_bytes
-    )
+    return TrainerPart(old, ref, train, True, "", frac, weights, state / g.hbm_bytes, (act + logits) / g.hbm_bytes)
 
 
 # ------------------------------------------------------------------------------------ sync
