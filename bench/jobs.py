@@ -234,6 +234,7 @@ def jobs() -> list[dict]:
     # the coding job at 56 GPUs: minimise GPU-seconds per step, fewer GPUs allowed (40 may win)
     base56 = copy.deepcopy(base)
     base56["trainer"]["pp"] = 1  # 56 GPUs: PP2 leaves 28 GPUs per stage, which EP8 does not divide
+    base56["trainer"]["etp"] = 1  # and EP8 x ETP4 (Megatron's default ETP = TP) does not divide 56 either
     kc = {
         "gpus": [40, 48, 56],
         "placement": ["colocated", "disaggregated"],
@@ -342,6 +343,10 @@ def _gen_space(rng, arch: dict, gpn: int, budget: int, big: bool) -> dict:
     }
     if moe:
         knobs["trainer.ep"] = [e for e in (4, 8) if arch["experts"] % e == 0]
+        # experts whole on a GPU (Megatron ETP 1), as verl's MoE recipes set it; the families were drawn
+        # when the twin fell back to ETP 1 wherever EP x TP did not divide a stage, and ETP 1 keeps
+        # every drawn space (and so every draw) as it was
+        knobs["trainer.etp"] = [1]
     return knobs
 
 

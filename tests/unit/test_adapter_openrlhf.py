@@ -333,6 +333,7 @@ def test_treatments():
     assert refused == {
         "trainer.pp",
         "trainer.ep",
+        "trainer.etp",
         "rollout.expertParallel",
         "rollout.maxNumSeqs",
         "rollout.maxNumBatchedTokens",

@@ -125,6 +125,7 @@ def knobs_of(cfg, backend: str, mode: str) -> dict:
             ("pp", "pipeline_model_parallel_size"),
             ("cp", "context_parallel_size"),
             ("ep", "expert_model_parallel_size"),
+            ("etp", "expert_tensor_parallel_size"),
         ):
             out[f"trainer.{knob}"] = meg[key]
             assert ref[key] == meg[key], f"ref.megatron.{key} disagrees with the actor's"
@@ -137,6 +138,7 @@ def knobs_of(cfg, backend: str, mode: str) -> dict:
     else:
         assert ar.actor.strategy == backend and ar.ref.strategy == backend
         out["trainer.tp"] = out["trainer.pp"] = out["trainer.ep"] = 1
+        out["trainer.etp"] = None
         out["trainer.cp"] = ar.actor.ulysses_sequence_parallel_size
         assert ar.ref.ulysses_sequence_parallel_size == out["trainer.cp"]
         out["trainer.recompute"] = "full" if ar.model.enable_gradient_checkpointing else "none"
@@ -521,7 +523,15 @@ def test_rules_cover_every_knob(backend):
     if backend == "megatron":
         assert refused == {"cpu", "cpu.rolloutThreads", "cpu.trainerThreads"}
     else:
-        assert refused == {"cpu", "cpu.rolloutThreads", "cpu.trainerThreads", "trainer.tp", "trainer.pp", "trainer.ep"}
+        assert refused == {
+            "cpu",
+            "cpu.rolloutThreads",
+            "cpu.trainerThreads",
+            "trainer.tp",
+            "trainer.pp",
+            "trainer.ep",
+            "trainer.etp",
+        }
 
 
 def test_values():
@@ -595,3 +605,38 @@ def test_composed_config_is_plain_data():
     command = COMMANDS["megatron"]
     fc = V.command(spec_for(command), config_for("megatron", FULLY_ASYNC), command)
     OmegaConf.to_container(compose_command(fc.argv, FULLY_ASYNC), resolve=True)
+
+
+def test_expert_tensor_parallel_reaches_verl_and_comes_back():
+    """trainer.etp on a Megatron MoE job: read from the user's command, written for the actor and the
+    reference it sets, composed by verl's own configs; a layout Megatron-core would refuse is named."""
+    moe = ["actor_rollout_ref.model.path=Qwen/Qwen3-30B-A3B"]
+    user = (
+        COMMANDS["megatron"]
+        + moe
+        + [
+            "actor_rollout_ref.actor.megatron.tensor_model_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.expert_model_parallel_size=8",
+            "actor_rollout_ref.actor.megatron.expert_tensor_parallel_size=1",
+            "actor_rollout_ref.ref.megatron.expert_tensor_parallel_size=1",
+        ]
+    )
+    got = V.read(user)
+    assert (got["trainer.tp"], got["trainer.ep"], got["trainer.etp"]) == (2, 8, 1)
+    assert V.read(COMMANDS["megatron"])["trainer.etp"] is None  # verl's default: null (= the dense TP)
+    spec = spec_for(user).model_copy(deep=True)
+    spec.workload.model = spec.workload.model.model_copy(update={"preset": "qwen3-30b-a3b"})
+    spec.resources.gpu_budget = 24
+    for etp, want in ((1, 1), (None, None)):
+        config = RLConfig.model_validate(
+            {"gpus": 16, "trainer": {"tp": 2, "ep": 8, "etp": etp, "microBatchTokens": 16384}}
+        )
+        assert V.problems(spec, config, user) == []
+        cfg = compose_command(V.command(spec, config, user).argv, HYBRID)
+        meg, ref = cfg.actor_rollout_ref.actor.megatron, cfg.actor_rollout_ref.ref.megatron
+        assert meg.expert_tensor_parallel_size == want and ref.expert_tensor_parallel_size == want
+    # 24 GPUs: EP8 x ETP2 (null = TP 2) does not divide them; EP8 x ETP1 does
+    wide = RLConfig.model_validate({"gpus": 24, "trainer": {"tp": 2, "ep": 8, "microBatchTokens": 16384}})
+    (problem,) = V.problems(spec, wide, user)
+    assert "expert_tensor_parallel_size (2)" in problem and "set trainer.etp 1" in problem
+    assert V.problems(spec, wide.with_knobs({"trainer.etp": 1}), user) == []

@@ -346,7 +346,7 @@ def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
         baseline={
             "gpus": 56,
             "rollout": {"tp": 8, "gpuMemoryUtilization": 0.6},
-            "trainer": {"tp": 4, "ep": 8, "recompute": "full", "microBatchTokens": 16384},
+            "trainer": {"tp": 4, "ep": 8, "etp": 1, "recompute": "full", "microBatchTokens": 16384},
         },
     )
     w = spec.workload

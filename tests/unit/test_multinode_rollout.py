@@ -35,7 +35,7 @@ def _spec(preset="deepseek-v3", gpu_type="H200", gpn=8, budget=128, rollout_tp=1
             "baseline": {
                 "gpus": budget,
                 "placement": "colocated",
-                "trainer": {"tp": 2, "pp": 4, "ep": 32, "microBatchTokens": 16384, "recompute": "full"},
+                "trainer": {"tp": 2, "pp": 4, "ep": 32, "etp": 1, "microBatchTokens": 16384, "recompute": "full"},
                 "rollout": {"tp": rollout_tp, "expertParallel": True, "gpuMemoryUtilization": 0.75},
             },
             "searchSpace": {"frozen": ["rollout.fp8"], **space},

@@ -56,9 +56,9 @@ def _sync_seconds(model, trainer: dict, method: str = "nccl", gpus: int = 128) -
 
 @pytest.mark.parametrize("method", ["nccl", "checkpoint-engine"])
 def test_weight_sync_falls_with_more_trainer_shard_owners(method):
-    one = _sync_seconds(MOE, dict(tp=4, pp=1, ep=1), method)
-    stages = _sync_seconds(MOE, dict(tp=4, pp=4, ep=1), method)
-    experts = _sync_seconds(MOE, dict(tp=4, pp=4, ep=4), method)
+    one = _sync_seconds(MOE, dict(tp=4, pp=1, ep=1, etp=1), method)
+    stages = _sync_seconds(MOE, dict(tp=4, pp=4, ep=1, etp=1), method)
+    experts = _sync_seconds(MOE, dict(tp=4, pp=4, ep=4, etp=1), method)
     assert experts < stages < one
     # parallel streams, not a fixed pipe: 4 stages send ~4x faster (fixed costs aside)
     assert one / stages > 2.5

@@ -289,7 +289,7 @@ def test_problem_is_a_frozen_value():
         ),
         # rollout TP not dividing the rollout GPUs (12 GPUs, TP 8)
         (
-            {"baseline__gpus": 12, "baseline__rollout__tp": 8, "baseline__trainer__ep": 4},
+            {"baseline__gpus": 12, "baseline__rollout__tp": 8, "baseline__trainer__ep": 4, "baseline__trainer__etp": 1},
             "spec.baseline.rollout.tp",
             "does not divide 12 rollout GPUs",
         ),
@@ -329,6 +329,18 @@ def test_problem_is_a_frozen_value():
         ),
         # EP on a dense model
         ({"workload__model": {"preset": "qwen3-32b"}}, "spec.baseline.trainer.ep", "set trainer.ep to 1, not 8"),
+        # EP x ETP (ETP unset = TP 2) not dividing the GPUs of a pipeline stage, where ETP 1 would
+        (
+            {"baseline__trainer__pp": 2},
+            "spec.baseline.trainer.etp",
+            "EP*ETP 16 does not divide 8 GPUs per stage (trainer GPUs / trainer.pp; trainer.etp unset = trainer.tp)",
+        ),
+        # ETP on a dense model
+        (
+            {"workload__model": {"preset": "qwen3-32b"}, "baseline__trainer__ep": 1, "baseline__trainer__etp": 1},
+            "spec.baseline.trainer.etp",
+            "leave trainer.etp unset, not 1",
+        ),
         # a disaggregated split leaving fewer rollout GPUs than one replica
         (
             {"baseline__placement": "disaggregated", "baseline__trainerGpus": 12, "baseline__rollout__tp": 8},
@@ -347,8 +359,10 @@ def test_layout_fix_offers_valid_values():
     assert "(valid here: rollout.tp 1, 2, 4, 8, 16)" in p.message  # 16: a replica on two whole nodes
     p = one(with_(demo(), workload__model={"preset": "qwen3-30b-a3b", "experts": 100}))
     assert "(valid here: trainer.ep 1, 2, 4)" in p.message
+    p = one(with_(demo(), baseline__trainer__pp=2))
+    assert p.message.endswith("(valid here: trainer.etp 1)")
     p = one(with_(demo(), baseline__trainer__pp=3))
-    assert "tp=2 pp=2" in p.message  # the nearest valid layout first
+    assert "tp=2 pp=1" in p.message  # the nearest valid layout first (tp 2 pp 2: EP8 x ETP2 exceeds a stage)
 
 
 def test_default_disaggregated_split_on_one_node_is_named():

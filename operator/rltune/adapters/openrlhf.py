@@ -162,6 +162,7 @@ _RULES = (
         "no expert-parallel option in train_ppo_ray.py (--ds.experts_implementation only picks the MoE kernel); "
         "DeepSpeed's mesh is dp x sp x tp",
     ),
+    KnobRule("trainer.etp", _X, (), "no expert-parallel option in train_ppo_ray.py (see trainer.ep)"),
     KnobRule(
         "trainer.microBatchTokens",
         _T,
@@ -256,6 +257,7 @@ RULES: dict[str, KnobRule] = {r.knob: r for r in _RULES}
 _REFUSED_FIXED = {
     "trainer.pp": 1,
     "trainer.ep": 1,
+    "trainer.etp": None,
     "rollout.expertParallel": False,
     "rollout.fp8": False,
     "async.staleFraction": None,

@@ -51,7 +51,8 @@ optimizer updates per weight sync as main_ppo's step); leaving fully-async resto
 data.train_batch_size.
 
 Refused (no key in verl 0.9.1): cpu.* (verl has no thread split; trainer and vLLM threads are
-Ray's), and under FSDP trainer.tp / trainer.pp / trainer.ep (FSDP shards data-parallel only).
+Ray's), and under FSDP trainer.tp / trainer.pp / trainer.ep / trainer.etp (FSDP shards data-parallel
+only).
 """
 
 from __future__ import annotations
@@ -98,6 +99,7 @@ DEFAULTS: dict[str, Any] = {
     MEG + "pipeline_model_parallel_size": 1,
     MEG + "context_parallel_size": 1,
     MEG + "expert_model_parallel_size": 1,
+    MEG + "expert_tensor_parallel_size": None,  # Megatron-core: unset follows tensor_model_parallel_size
     MEG + "param_offload": False,
     MEG + "optimizer_offload": False,
     OTC + "recompute_granularity": None,
@@ -361,6 +363,13 @@ class Verl:
             rule("trainer.cp", M, (MEG + "context_parallel_size",), "ref.megatron.* follows by interpolation")
             rule("trainer.ep", M, (MEG + "expert_model_parallel_size",), "ref.megatron.* follows by interpolation")
             rule(
+                "trainer.etp",
+                M,
+                (MEG + "expert_tensor_parallel_size",),
+                "unset -> null (Megatron-core then uses tensor_model_parallel_size); ref.megatron.* follows by "
+                "interpolation",
+            )
+            rule(
                 "trainer.recompute",
                 T,
                 (OTC + "recompute_granularity", OTC + "recompute_method", OTC + "recompute_num_layers"),
@@ -378,6 +387,7 @@ class Verl:
             rule("trainer.tp", X, (), why)
             rule("trainer.pp", X, (), why)
             rule("trainer.ep", X, (), why)
+            rule("trainer.etp", X, (), why)
             rule(
                 "trainer.cp",
                 T,
@@ -398,7 +408,15 @@ class Verl:
             )
         else:
             why = f"trainer backend {backend!r} is not mapped by the verl adapter (fsdp, fsdp2, megatron are)"
-            for k in ("trainer.tp", "trainer.pp", "trainer.cp", "trainer.ep", "trainer.recompute", "trainer.offload"):
+            for k in (
+                "trainer.tp",
+                "trainer.pp",
+                "trainer.cp",
+                "trainer.ep",
+                "trainer.etp",
+                "trainer.recompute",
+                "trainer.offload",
+            ):
                 rule(k, X, (), why)
         rule(
             "trainer.microBatchTokens",
@@ -456,6 +474,7 @@ class Verl:
             out["trainer.pp"] = c.get(MEG + "pipeline_model_parallel_size")
             out["trainer.cp"] = c.get(MEG + "context_parallel_size")
             out["trainer.ep"] = c.get(MEG + "expert_model_parallel_size")
+            out["trainer.etp"] = c.get(MEG + "expert_tensor_parallel_size")
             g = c.get(OTC + "recompute_granularity")
             out["trainer.recompute"] = g if g in ("selective", "full") else "none"
             out["trainer.offload"] = bool(c.get(MEG + "param_offload") or c.get(MEG + "optimizer_offload"))
@@ -509,6 +528,8 @@ class Verl:
             return []
         if backend in ("fsdp", "fsdp2") and knob in ("trainer.tp", "trainer.pp", "trainer.ep"):
             return [1]
+        if backend in ("fsdp", "fsdp2") and knob == "trainer.etp":
+            return [None]
         if knob == "trainer.recompute":
             return ["none", "selective", "full"] if backend == "megatron" else ["none", "full"]
         if knob == "weightSync":
@@ -620,12 +641,12 @@ class Verl:
                     f"pipeline_model_parallel_size ({t.pp}) * context_parallel_size ({t.cp}) "
                     f"({MEG}*; verl/utils/config.py validate_config): change trainer.tp/pp/cp or the trainer GPUs"
                 )
-            etp = c.get(MEG + "expert_tensor_parallel_size") or t.tp
-            if t.ep > 1 and (trainer_gpus // t.pp) % (t.ep * etp):
+            etp = t.expert_tp
+            if m.is_moe and (trainer_gpus // t.pp) % (t.ep * etp):
                 out.append(
                     f"{MEG}expert_model_parallel_size ({t.ep}) * expert_tensor_parallel_size ({etp}) must divide "
                     f"the trainer GPUs / pipeline_model_parallel_size ({trainer_gpus // t.pp}) (Megatron-core): "
-                    "lower trainer.ep"
+                    "set trainer.etp 1 or lower trainer.ep"
                 )
             if m.heads % t.tp or m.kv_heads % t.tp:
                 out.append(
@@ -643,7 +664,7 @@ class Verl:
                 )
         elif backend in ("fsdp", "fsdp2"):
             sp = t.cp
-            for knob, v in (("tp", t.tp), ("pp", t.pp), ("ep", t.ep)):
+            for knob, v in (("tp", t.tp), ("pp", t.pp), ("ep", t.ep), ("etp", t.etp or 1)):
                 if v != 1:
                     out.append(
                         f"trainer.{knob}={v}: {backend} has no such parallelism in verl (actor_rollout_ref.actor."
@@ -808,12 +829,14 @@ class Verl:
             w[MEG + "pipeline_model_parallel_size"] = t.pp
             w[MEG + "context_parallel_size"] = t.cp
             w[MEG + "expert_model_parallel_size"] = t.ep
+            w[MEG + "expert_tensor_parallel_size"] = t.etp
             # keep explicit ref counterparts in agreement (they interpolate the actor's by default)
             for k in (
                 "tensor_model_parallel_size",
                 "pipeline_model_parallel_size",
                 "context_parallel_size",
                 "expert_model_parallel_size",
+                "expert_tensor_parallel_size",
             ):
                 if c.sets(REF + "megatron." + k):
                     w[REF + "megatron." + k] = w[MEG + k]

@@ -524,6 +524,14 @@ class TrainerKnobs(CamelModel):
     pp: int = Field(1, ge=1, le=64, description="Trainer pipeline parallel size.")
     cp: int = Field(1, ge=1, le=64, description="Trainer context parallel size.")
     ep: int = Field(1, ge=1, le=256, description="Trainer expert parallel size (MoE only).")
+    etp: Optional[int] = Field(
+        None,
+        ge=1,
+        le=64,
+        description="Trainer expert tensor parallel size (MoE only): how many GPUs split each expert's GEMMs. "
+        "Unset = trainer.tp (Megatron's default); 1 keeps an expert whole on one GPU, so ep*etp GPUs per pipeline "
+        "stage hold the experts. A value equal to trainer.tp is the default and is stored unset.",
+    )
     micro_batch_tokens: int = Field(
         16384, ge=256, le=1048576, description="Token budget of one training micro-batch per GPU (dynamic batch size)."
     )
@@ -531,6 +539,18 @@ class TrainerKnobs(CamelModel):
         "selective", description="Activation recomputation: trades compute for activation memory."
     )
     offload: bool = Field(False, description="Offload optimizer state and parameters to host memory.")
+
+    @model_validator(mode="after")
+    def _etp_default(self) -> "TrainerKnobs":
+        """One layout, one form: an expert TP equal to the dense TP is Megatron's default (unset)."""
+        if self.etp is not None and self.etp == self.tp:
+            self.etp = None
+        return self
+
+    @property
+    def expert_tp(self) -> int:
+        """The expert tensor parallel size this layout runs (Megatron: unset follows the dense TP)."""
+        return self.etp if self.etp is not None else self.tp
 
 
 class RolloutKnobs(CamelModel):

@@ -216,6 +216,20 @@ CATALOG: list[Knob] = [
         prior_sd={"trainer": 0.4},
     ),
     Knob(
+        "trainer.etp",
+        "trainer",
+        "int",
+        None,
+        lambda s, m: [None, 1] if m.is_moe else [None],
+        "MoE only; unset = trainer.tp; divides the expert width; ep*etp divides the trainer GPUs / pp",
+        "1 keeps each expert whole on a GPU (wider expert GEMMs, the all-to-all inside ep GPUs instead of "
+        "ep*tp) at the price of ep-times fewer GPUs sharing each expert's memory than ep*tp",
+        moe_only=True,
+        layout=True,
+        features={"tetp": lambda v: 0.0 if v is None else 1.0 + _log2(v)},
+        prior_sd={"trainer": 0.3},
+    ),
+    Knob(
         "trainer.microBatchTokens",
         "trainer",
         "int",

@@ -220,6 +220,13 @@ def job_task_facts(task: TaskSpec, framework: str) -> TaskFacts:
     return dataclasses.replace(tf, offload_swap=True) if offload_swaps(framework) else tf
 
 
+def expert_tp(k: dict) -> int:
+    """The expert tensor parallel size of configuration `k` (RLConfig.flat()): trainer.etp, unset = the
+    dense trainer.tp (Megatron's default; RLConfig's TrainerKnobs.expert_tp)."""
+    etp = k.get("trainer.etp")
+    return int(etp) if etp is not None else int(k.get("trainer.tp", 1) or 1)
+
+
 def trainer_of(mf: ModelFacts, tf: TaskFacts, gpu_type: str, gt: int, k: dict, seq_tokens: float = 0.0) -> TrainerPart:
     """trainer_part of configuration `k` (RLConfig.flat()) on `gt` trainer GPUs."""
     return trainer_part(
@@ -235,6 +242,7 @@ def trainer_of(mf: ModelFacts, tf: TaskFacts, gpu_type: str, gt: int, k: dict, s
         k["trainer.recompute"],
         k["trainer.offload"],
         seq_tokens,
+        expert_tp(k),
     )
 
 
@@ -544,16 +552,19 @@ def trainer_part(
     recompute: str,
     offload: bool,
     seq_tokens: float = 0.0,
+    etp: int = 1,
 ) -> TrainerPart:
     """The trainer half on `gpus_t` GPUs (cached: a search space is a product of halves). Memory is
     sized for a micro-batch of mbt tokens, or for one sequence of `seq_tokens` if longer (a sequence
-    is never split across micro-batches; rltune.tuner.headroom carries a measured peak with it)."""
+    is never split across micro-batches; rltune.tuner.headroom carries a measured peak with it). `etp`
+    is the expert tensor parallel size the layout runs (RLConfig's trainer.expert_tp)."""
     g = gpu_lookup(gname)
     if gpus_t % (tp * pp * cp):
         return TrainerPart.refused(f"tp*pp*cp={tp * pp * cp} does not divide {gpus_t} trainer GPUs")
     dp = gpus_t // (tp * pp * cp)
-    if mf.moe_layers and (gpus_t // pp) % ep:
-        return TrainerPart.refused(f"ep={ep} does not divide {gpus_t // pp} GPUs per pipeline stage")
+    etp = etp if mf.moe_layers else 1
+    if mf.moe_layers and (gpus_t // pp) % (ep * etp):
+        return TrainerPart.refused(f"ep*etp={ep * etp} does not divide {gpus_t // pp} GPUs per pipeline stage")
     if not mf.moe_layers and ep > 1:
         return TrainerPart.refused("expert parallel on a dense model")
     seq = tf.prompt + tf.mean_len
@@ -575,12 +586,16 @@ def trainer_part(
     if mf.moe_layers:
         x = mbt * mf.k * ep / mf.experts  # tokens per local expert per micro-batch
         eff *= 0.55 + 0.45 * x / (x + 512.0)
+        # expert tensor parallelism splits each expert's FFN over etp GPUs: a grouped GEMM slows as its
+        # width falls as it does with its tokens (the same half size); relative to whole experts
+        width = mf.expert_one / (3.0 * mf.hidden)
+        eff *= (0.55 + 0.45 * (width / etp) / (width / etp + 512.0)) / (0.55 + 0.45 * width / (width + 512.0))
     cpu_adam = offload and not tf.offload_swap  # a swap (verl) costs a transfer per step, not efficiency
     if cpu_adam:
         eff *= 0.65
     peak = g.bf16_tflops * 1e12 * gpus_t
     # communication of one forward pass, per GPU: TP all-reduces (NVLink, half hidden behind GEMMs)
-    # and MoE all-to-all (dispatch + combine) over the EP domain tp*ep, on NVLink inside a node and
+    # and MoE all-to-all (dispatch + combine) over the expert domain etp*ep, on NVLink inside a node and
     # the scale-out NIC beyond it (docs/references.md 'GPUs': DeepEP ~155 GB/s NVLink vs ~50 GB/s
     # RDMA on H800)
     tok_gpu = tokens / gpus_t
@@ -588,7 +603,7 @@ def trainer_part(
     if tp > 1:
         comm += 0.5 * tok_gpu * tp * mf.layers * 4 * mf.hidden * 2.0 * (tp - 1) / tp / (g.nvlink_bw * 0.6)
     if mf.moe_layers and ep > 1:
-        dom = tp * ep
+        dom = etp * ep
         byts = tok_gpu * mf.moe_layers * 4.0 * mf.k * mf.hidden * (ep - 1) / ep
         off = max(0.0, (dom - gpn_of(g)) / dom)
         comm += byts * ((1 - off) / (g.nvlink_bw * 0.6) + off / (g.nic_bw * 0.5))
@@ -600,8 +615,8 @@ def trainer_part(
     # 6 + 12/d bytes per parameter)
     routed = mf.total - mf.nonexpert
     ne_gpu = mf.nonexpert / (tp * pp)
-    ex_gpu = routed / (max(ep, 1) * pp) if mf.moe_layers else 0.0
-    edp = max(1, gpus_t // (max(ep, 1) * pp))
+    ex_gpu = routed / (max(ep, 1) * etp * pp) if mf.moe_layers else 0.0
+    edp = max(1, gpus_t // (max(ep, 1) * etp * pp))
     state = model_state_bytes(ne_gpu, ex_gpu, dp * cp, edp, cpu_adam)
     weights = (ne_gpu + ex_gpu) * 2.0  # bf16
     if offload and not cpu_adam:

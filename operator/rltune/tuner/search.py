@@ -141,13 +141,25 @@ class Space:
             return f"trainer PP {pp} too deep for {self.model.layers} layers"
         if gt % (tp * pp * cp):
             return f"tp*pp*cp={tp * pp * cp} does not divide {gt} trainer GPUs"
+        etp = t.get("trainer.etp")
         if self.model.is_moe:
+            if etp is not None and etp == tp and None in self.values["trainer.etp"]:
+                return f"etp {etp} equal to tp is the unset default"
+            etp = tp if etp is None else etp
             if self.model.experts % ep:
                 return f"EP {ep} does not divide {self.model.experts} experts"
             if (gt // pp) % ep:
                 return f"EP {ep} does not divide {gt // pp} GPUs per stage"
+            if (gt // pp) % (ep * etp):
+                return f"EP*ETP {ep * etp} does not divide {gt // pp} GPUs per stage"
+            if etp > self.gpn:
+                return "trainer expert TP spans nodes"
+            if self.model.expert_ffn % etp:
+                return f"ETP {etp} does not divide the expert width {self.model.expert_ffn}"
         elif ep != 1:
             return "expert parallel on a dense model"
+        elif etp is not None and etp != tp:
+            return "expert tensor parallel on a dense model"
         return None
 
     def outer(self) -> list[dict]:

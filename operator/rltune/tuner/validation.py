@@ -260,6 +260,25 @@ def _layout_problem(space: Space, side: str, reason: str, full: dict, gr: int, g
             "spec.baseline.trainer.ep",
             f"{reason} (trainer GPUs / trainer.pp)" + _alternatives(tt, full, "trainer.ep", _TRY),
         )
+    if reason.startswith("EP*ETP"):
+        etp = full.get("trainer.etp")
+        return Problem(
+            "spec.baseline.trainer.etp",
+            f"{reason} (trainer GPUs / trainer.pp; trainer.etp {'unset = trainer.tp' if etp is None else etp}): "
+            "Megatron shards experts over ep*etp GPUs of each pipeline stage; set trainer.etp 1 or lower "
+            "trainer.ep" + _alternatives(tt, full, "trainer.etp", _TRY),
+        )
+    if reason.startswith("trainer expert TP spans nodes") or re.match(r"ETP \d+ does not divide", reason):
+        return Problem(
+            "spec.baseline.trainer.etp",
+            f"{reason} (spec.resources.gpusPerNode = {space.gpn}; workload.model)"
+            + _alternatives(tt, full, "trainer.etp", _TRY),
+        )
+    if reason.startswith("expert tensor parallel on a dense model"):
+        return Problem(
+            "spec.baseline.trainer.etp",
+            f"workload.model is dense (no experts): leave trainer.etp unset, not {full['trainer.etp']}",
+        )
     if reason.startswith("expert parallel on a dense model"):
         return Problem(
             "spec.baseline.trainer.ep",

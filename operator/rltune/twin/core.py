@@ -152,7 +152,8 @@ def _sync_streams(p: Plan) -> float:
     total, _ = p.model.params()
     expert = p.model.routed_params()
     ep = tr.ep if p.model.is_moe else 1
-    # each owner (a pipeline stage's expert rank) sends its stage's dense bytes and its own experts
+    # each owner (a pipeline stage's expert rank) sends its stage's dense bytes and its own experts;
+    # tensor-parallel shards (dense TP and expert TP alike) are gathered to one sender first
     per_owner = (total - expert) / tr.pp + expert / (tr.pp * ep)
     return max(1.0, min(float(p.train_gpus), total / per_owner))
 

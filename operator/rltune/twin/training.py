@@ -40,7 +40,9 @@ class TrainCost:
     mfu: float  # achieved model FLOPs utilisation of the update
 
 
-def _check_layout(model: ModelArch, g_t: int, cfg: RLConfig) -> tuple[int, int]:
+def _check_layout(model: ModelArch, g_t: int, cfg: RLConfig) -> tuple[int, int, int]:
+    """(ep, etp, dp) of the trainer layout, or Infeasible naming the rule Megatron-core enforces: the
+    dense layout tp*pp*cp and the expert layout ep*etp*pp must each divide the trainer GPUs."""
     tr = cfg.trainer
     ep = tr.ep if model.is_moe else 1
     mp = tr.tp * tr.pp * tr.cp
@@ -50,16 +52,16 @@ def _check_layout(model: ModelArch, g_t: int, cfg: RLConfig) -> tuple[int, int]:
         raise Infeasible(f"trainer layout invalid: tp {tr.tp} does not divide {model.heads} attention heads")
     if tr.pp > model.layers:
         raise Infeasible(f"trainer layout invalid: pp {tr.pp} exceeds {model.layers} layers")
-    etp = tr.tp
+    etp = tr.expert_tp if model.is_moe else 1
     if model.is_moe:
         per_stage = g_t // tr.pp
-        if per_stage % (ep * tr.tp):
-            etp = 1  # expert tensor parallel 1: experts sharded only by EP (Megatron ETP=1)
         if model.experts % ep or per_stage % (ep * etp):
             raise Infeasible(
-                f"trainer layout invalid: ep {ep} must divide {model.experts} experts and the "
-                f"{per_stage} GPUs per pipeline stage"
+                f"trainer layout invalid: ep {ep} must divide the {model.experts} experts, and ep*etp = "
+                f"{ep * etp} the {per_stage} GPUs per pipeline stage (trainer.etp 1 keeps experts whole)"
             )
+        if model.expert_ffn % etp:
+            raise Infeasible(f"trainer layout invalid: etp {etp} does not divide the expert width {model.expert_ffn}")
     return ep, etp, g_t // mp
 
 
@@ -134,8 +136,11 @@ def train_cost(
         x = mb_eff * model.active_experts * ep / model.experts
         # Grouped expert GEMMs: few tokens per local expert and narrow experts both run far from peak
         # (router, permutation and all-to-all glue included): Megatron-Bridge reaches ~6% of peak on
-        # Qwen3-30B-A3B (docs/references.md 'Performance-model facts').
-        f_moe = x / (x + eff.moe_gemm_tokens) * model.expert_ffn / (model.expert_ffn + eff.moe_width_half)
+        # Qwen3-30B-A3B (docs/references.md 'Performance-model facts'). Expert tensor parallelism
+        # splits each expert's FFN over etp GPUs, so each GEMM is etp times narrower (as the rollout's
+        # TP slices, rollout.py).
+        width = model.expert_ffn / etp
+        f_moe = x / (x + eff.moe_gemm_tokens) * width / (width + eff.moe_width_half)
     slow = (1.0 - expert_frac) + expert_frac / f_moe
 
     intra = g.nvlink_reach(gpus_per_node)
@@ -150,7 +155,8 @@ def train_cost(
             link = nvl if tp <= intra else nic
             c += tok_per_group * (L / pp) * 4 * h * 2 * (tp - 1) / tp / link * passes * (1 - eff.tp_overlap)
         if model.is_moe and ep > 1:
-            link = nvl if ep * tp <= intra else nic
+            # the expert group spans ep*etp consecutive ranks (Megatron orders expert ranks etp-ep-dp-pp)
+            link = nvl if ep * etp <= intra else nic
             c += (
                 (tok_per_group / tp)
                 * (model.moe_layers() / pp)
