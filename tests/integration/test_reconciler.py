@@ -61,6 +61,7 @@ ALL_KNOBS = [
     "trainer.pp",
     "trainer.cp",
     "trainer.ep",
+    "trainer.etp",
     "trainer.microBatchTokens",
     "trainer.recompute",
     "trainer.offload",
