@@ -323,8 +323,16 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             trainer = dict(tp=1, ep=8, microBatchTokens=16384, recompute="full")
             scn = {**cal.VERL_SCN, "reference_policy": True}
             if async_row:
-                scn["rollout_logprobs"] = True
-                A.append("sibling conventions: calibrate's 30B colocated row (512x16, mean 2,048, ep8, rollout tp4 EP)")
+                # R-b: the YAML states the script's layout and mini-batch, which differ from the sibling's
+                par, b = r["parallelism"], r["batch"]
+                trainer |= dict(
+                    tp=par["train_tp"], pp=par["train_pp"], cp=par["train_cp"], ep=par["train_ep"], etp=par["train_etp"]
+                )
+                scn |= {"rollout_logprobs": True, "mini_batches": b["prompts_per_step"] // b["ppo_mini_batch_prompts"]}
+                A.append(
+                    "sibling conventions: calibrate's 30B colocated row (512x16, mean 2,048, rollout tp4 EP); the "
+                    "YAML's trainer TP2 CP2 EP8 ETP1 and 4 mini-batches (512 / 128)"
+                )
             return model, cal.GRPO30_8K, hw, gpn, _verl_cfg(r, rollout, trainer), scn, A
         if rid == "verl-dsv3-671b-colocate-96":
             task = TaskSpec(
@@ -337,11 +345,11 @@ def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, li
             cfg = dict(
                 gpus=96,
                 rollout=dict(tp=32, gpuMemoryUtilization=0.5, maxNumSeqs=1024, maxNumBatchedTokens=8192),
-                trainer=dict(tp=8, pp=12, ep=8, microBatchTokens=16384, recompute="full", offload=True),
+                trainer=dict(tp=8, pp=12, ep=8, etp=1, microBatchTokens=16384, recompute="full", offload=True),
             )
             A.append(
                 "published mean response 1,960; 96/32 = 3 mini-batches; verl defaults for rollout gmu/seqs "
-                "(R-e); Megatron TP8 PP12 EP8 with param/optimizer offload (script); no reference (not stated)"
+                "(R-e); Megatron TP8 PP12 EP8 ETP1 with param/optimizer offload (script); no reference (not stated)"
             )
             # optimizer_offload_fraction 1.0 is Megatron's CPU optimizer (Adam on the host every step): the
             # twin's default offload, not verl's swap of an optimizer that steps on the GPU
