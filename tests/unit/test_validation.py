@@ -90,6 +90,7 @@ def test_valid_variants_have_no_problems():
             base,
             workload__model={"layers": 4, "hidden": 256, "heads": 4, "vocab": 100, "denseLayers": 4},
             baseline__trainer__ep=1,
+            baseline__trainer__etp=None,
         ),  # a dense model may say all layers are dense
         with_(base, workload__task__meanResponseTokens=16384),  # mean == max
         with_(
@@ -298,6 +299,7 @@ def test_problem_is_a_frozen_value():
             {
                 "workload__model": {"preset": "qwen3-32b"},
                 "baseline__trainer__ep": 1,
+                "baseline__trainer__etp": None,
                 "baseline__rollout__expertParallel": True,
             },
             "spec.baseline.rollout.expertParallel",
@@ -331,7 +333,7 @@ def test_problem_is_a_frozen_value():
         ({"workload__model": {"preset": "qwen3-32b"}}, "spec.baseline.trainer.ep", "set trainer.ep to 1, not 8"),
         # EP x ETP (ETP unset = TP 2) not dividing the GPUs of a pipeline stage, where ETP 1 would
         (
-            {"baseline__trainer__pp": 2},
+            {"baseline__trainer__pp": 2, "baseline__trainer__etp": None},
             "spec.baseline.trainer.etp",
             "EP*ETP 16 does not divide 8 GPUs per stage (trainer GPUs / trainer.pp; trainer.etp unset = trainer.tp)",
         ),
@@ -359,7 +361,7 @@ def test_layout_fix_offers_valid_values():
     assert "(valid here: rollout.tp 1, 2, 4, 8, 16)" in p.message  # 16: a replica on two whole nodes
     p = one(with_(demo(), workload__model={"preset": "qwen3-30b-a3b", "experts": 100}))
     assert "(valid here: trainer.ep 1, 2, 4)" in p.message
-    p = one(with_(demo(), baseline__trainer__pp=2))
+    p = one(with_(demo(), baseline__trainer__pp=2, baseline__trainer__etp=None))
     assert p.message.endswith("(valid here: trainer.etp 1)")
     p = one(with_(demo(), baseline__trainer__pp=3))
     assert "tp=2 pp=1" in p.message  # the nearest valid layout first (tp 2 pp 2: EP8 x ETP2 exceeds a stage)
@@ -434,6 +436,7 @@ def test_moe_knobs_on_a_dense_model():
         demo(),
         workload__model={"preset": "qwen3-32b"},
         baseline__trainer__ep=1,
+        baseline__trainer__etp=None,
         searchSpace={"knobs": {"trainer.ep": [1, 2], "rollout.expertParallel": [False, True]}},
     )
     ps = problems(raw)
