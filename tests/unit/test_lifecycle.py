@@ -275,3 +275,17 @@ def test_the_reward_gates_power_is_stated_in_a_condition():
     assert "confirmSteps >= " in short.message and any(e.reason == "RewardGateUnderpowered" for e in events)
     long, _ = powered({"confirmSteps": 16}, 0.005)  # 1% noise, 15 scored steps per side
     assert long.status == "True" and long.reason == "Resolved", long.message
+
+
+def test_every_trial_runs_with_its_gpu_counts_stated():
+    """A baseline that leaves `gpus` unset runs on the whole budget: its trial says so, so that a
+    trial runtime never falls back on a default of its own (the twin's was 8 GPUs while the pods
+    held 32, and `rltune tune --local` compared trials on 32 GPUs with a baseline simulated on 8)."""
+    spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 4})
+    assert spec.baseline.gpus is None
+    status, _ = drive(spec)
+    for t in status.trials:
+        cfg = R.config_from_diff(spec.baseline, t.config)
+        assert cfg.gpus is not None, t.id
+    base = next(t for t in status.trials if t.kind == "baseline")
+    assert R.config_from_diff(spec.baseline, base.config).gpus == spec.resources.gpu_budget == base.gpus

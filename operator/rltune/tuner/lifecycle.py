@@ -46,6 +46,7 @@ from ..api.status import (
 )
 from . import records as R
 from .payback import tuning_cost
+from .search import explicit
 
 REASON_GRACE_SECONDS = 5.0  # how long a failed trial's exported reason may take to reach the metrics store
 
@@ -373,7 +374,11 @@ class _Lifecycle:
     def start_baseline(self) -> None:
         self.report_coverage()
         if not any(t.kind == "baseline" for t in self.status.trials):
-            self.add_trial("baseline", "baseline", self.spec.baseline, R.baseline_steps(self.spec))
+            # its GPU counts explicit, as every other trial's: a trial runtime must not fall back on a
+            # default of its own (the twin's is 8 GPUs, where the pods hold the whole budget)
+            r = self.spec.resources
+            base = explicit(self.spec.baseline, r.gpu_budget, r.gpus_per_node)
+            self.add_trial("baseline", "baseline", base, R.baseline_steps(self.spec))
         self.status.baseline = self.status.baseline or BaselineStatus(
             state=TrialState.PENDING, gpus=R.gpus_of(self.spec, self.spec.baseline)
         )
