@@ -190,3 +190,16 @@ def test_require_batches_rows_train_a_whole_batch_per_logged_step(built):
     for b in rows:
         assert b.inputs["task"].prompts_per_step == 512, b.id
         assert b.inputs["scenario"]["mini_batches"] == 512 // 32, b.id
+
+
+def test_the_30b_fully_async_row_runs_the_layout_its_yaml_records(data, built):
+    """Rule R-b: a verl-async-h20 row changes from its calibrate sibling what the YAML states, here the
+    script's trainer TP2 CP2 EP8 ETP1 and ppo_mini_batch 128 of 512 prompts (4 mini-batches)."""
+    r = next(r for r in data["rows"] if r["id"] == "verl-fa-30b-async-96-32")
+    b = next(b for b in built if b.id == r["id"])
+    t = RLConfig.model_validate(b.inputs["cfg"]).trainer
+    par = r["parallelism"]
+    assert (t.tp, t.cp, t.ep, t.expert_tp) == (par["train_tp"], par["train_cp"], par["train_ep"], par["train_etp"])
+    assert b.inputs["scenario"]["mini_batches"] == 512 // r["batch"]["ppo_mini_batch_prompts"] == 4
+    dsv3 = next(b for b in built if b.id == "verl-dsv3-671b-colocate-96")
+    assert RLConfig.model_validate(dsv3.inputs["cfg"]).trainer.expert_tp == 1  # the script's ETP
