@@ -36,7 +36,7 @@ def config_changes(baseline: RLConfig, config: RLConfig, gpu_budget: int) -> dic
         if p == "gpus":
             b, v = b or gpu_budget, v or gpu_budget
         if p == "trainer.etp":  # unset is the dense TP (Megatron's default): show the layout's value
-            b, v = b or base["trainer.tp"], v or k["trainer.tp"]
+            b, v = baseline.trainer.expert_tp, config.trainer.expert_tp
         if p == "trainerGpus" and k.get("placement") == "colocated":
             continue
         if b != v:

@@ -145,7 +145,7 @@ class Space:
         if self.model.is_moe:
             if etp is not None and etp == tp and None in self.values["trainer.etp"]:
                 return f"etp {etp} equal to tp is the unset default"
-            etp = tp if etp is None else etp
+            etp = physics.expert_tp(t)
             if self.model.experts % ep:
                 return f"EP {ep} does not divide {self.model.experts} experts"
             if (gt // pp) % ep:
