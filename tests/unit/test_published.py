@@ -162,6 +162,21 @@ def test_the_report_is_embedded_once_and_survives_a_calibrate_rewrite(tmp_path):
     cal.write_doc(tab, stats, doc)
     text = doc.read_text()
     assert text.count(pub.BEGIN) == 1 and "report two" in text and "intro" not in text
+    # and so are hand-written findings between the block and the summary
+    doc.write_text(text.replace("\n## Summary", "\n### A finding\n\nwritten by hand\n\n## Summary", 1))
+    cal.write_doc(tab, stats, doc)
+    text = doc.read_text()
+    assert text.count("written by hand") == 1
+    assert text.index(pub.END) < text.index("written by hand") < text.index("## Summary")
+
+
+def test_dense_pretraining_rows_hold_on_every_gpu_type():
+    """Megatron-Bridge's dense recipes (Llama3-8B on B200/GB200/GB300, Llama3-70B on H100), run with
+    the table's own shapes at the shipped factors, stay within 15%: the training model's compute side."""
+    dense = [r for r in cal.TRAIN_ROWS if r.name.startswith("Llama3")]
+    assert {r.hw for r in dense} == {"H100", "B200", "GB200", "GB300"}
+    for row, _, published, predicted in cal.evaluate(dense, {}):
+        assert abs(cal.err(published, predicted)) < 15.0, (row.name, published, predicted)
 
 
 def test_retool_rows_run_the_recipe_workload(data, built):
