@@ -21,7 +21,7 @@ import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
@@ -424,12 +424,15 @@ def train_row(
     recompute: str = "selective",
     gpn: int = 8,
     mbs: int = 1,
+    cp: int = 1,
+    etp: Optional[int] = None,
 ) -> Callable[[dict], dict]:
     """Pre-training throughput of one Megatron-Bridge recipe: `gbs` sequences of `seq` tokens, `mbs`
-    sequences per micro-batch, one optimizer step (no RL phases)."""
-    cfg = RLConfig.model_validate(
-        dict(gpus=gpus, trainer=dict(tp=tp, pp=pp, ep=ep, microBatchTokens=seq * mbs, recompute=recompute))
-    )
+    sequences per micro-batch (split over `cp` GPUs), one optimizer step (no RL phases)."""
+    trainer = dict(tp=tp, pp=pp, cp=cp, ep=ep, microBatchTokens=seq * mbs // cp, recompute=recompute)
+    if etp is not None:
+        trainer["etp"] = etp
+    cfg = RLConfig.model_validate(dict(gpus=gpus, trainer=trainer))
 
     def run(hw_scn: dict) -> dict:
         eff = effmod.efficiency(gpu_type, {**hw_scn, "mini_batches": 1, "train_fp8": fp8})
@@ -444,12 +447,20 @@ LLAMA8 = ModelArch(
     name="llama-3-8b", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=128256
 )
 
-# Megatron-Bridge performance summary, section "25.11 NeMo Container" (docs/performance-summary.md at
-# NVIDIA-NeMo/Megatron-Bridge 00b7660; docs/references.md). Every shape below is the table's (GPUs, GBS,
-# MBS, sequence length, TP, PP, EP); the table's virtual-pipeline size is not modelled (the twin's
-# pipeline bubble is (pp - 1) / micro-batches), and FP8-CS / FP8-MX are both the FP8 peak x
-# fp8_train_speedup. GB200/GB300 rows run on 4-GPU nodes: the NVLink domain is the rack's (catalog).
-MB_2511 = "Megatron-Bridge perf summary 25.11"
+LLAMA405 = ModelArch(
+    name="llama-3.1-405b", layers=126, hidden=16384, heads=128, kv_heads=8, head_dim=128, ffn=53248, vocab=128256
+)
+
+# Megatron-Bridge performance summary (docs/performance-summary.md at NVIDIA-NeMo/Megatron-Bridge
+# df0289c; docs/references.md), tables "26.02 NeMo Container" and "25.11 NeMo Container": every shape
+# below is the table's (GPUs, GBS, MBS, sequence length, TP, PP, CP, EP; expert TP is 1 in every MoE
+# recipe). Not modelled: the virtual-pipeline size (the twin's pipeline bubble is (pp - 1) /
+# micro-batches); FP8-CS and FP8-MX are both the FP8 peak x fp8_train_speedup. Not taken: NVFP4
+# rows (no FP4 in the twin), Megatron-FSDP rows (the twin's fsdp scenario is verl's eager FSDP),
+# GPT-OSS (no preset), the 25.09 table's token-dropping rows (RL trains dropless; docs/twin.md
+# 'Megatron MoE recipes' compares them). GB200/GB300 rows run on 4-GPU nodes: the NVLink domain is
+# the rack's (catalog).
+MB_SOURCE = "Megatron-Bridge perf summary"
 
 
 def _train_rows() -> list[Row]:
@@ -459,32 +470,72 @@ def _train_rows() -> list[Row]:
         "dsv3": preset("deepseek-v3"),
         "l8": LLAMA8,
         "l70": LLAMA70,
+        "l405": LLAMA405,
     }
     # fmt: off
-    table = [  # name, hardware, tokens/s/GPU, model, GPUs, TP, PP, EP, seq, MBS, GBS, FP8, what the table adds
-        ("Qwen3-30B-A3B pretrain FP8-CS H100", "H100", 5275, "q30", 16, 1, 2, 8, 4096, 2, 512, True, "VP24"),
-        ("Qwen3-30B-A3B pretrain FP8-MX B200", "B200", 9299, "q30", 8, 1, 1, 8, 4096, 1, 512, True, ""),
-        ("Qwen3-30B-A3B pretrain FP8-MX GB200", "GB200", 23766, "q30", 8, 1, 1, 8, 4096, 4, 512, True, ""),
-        ("Qwen3-30B-A3B pretrain FP8-MX GB300", "GB300", 28934, "q30", 8, 1, 1, 8, 4096, 4, 512, True, ""),
-        ("Llama3-70B pretrain FP8-CS H100", "H100", 1602, "l70", 64, 4, 8, 1, 8192, 1, 128, True, "VP5"),
-        ("Llama3-8B pretrain FP8-CS B200", "B200", 30624, "l8", 8, 1, 1, 1, 8192, 2, 128, True, ""),
-        ("Llama3-8B pretrain FP8-CS GB200", "GB200", 31508, "l8", 8, 1, 1, 1, 8192, 2, 128, True, ""),
-        ("Llama3-8B pretrain FP8-CS GB300", "GB300", 37556, "l8", 8, 1, 1, 1, 8192, 2, 128, True, ""),
-        ("DeepSeek-V3 pretrain FP8-MX B200", "B200", 2139, "dsv3", 256, 1, 16, 8, 4096, 1, 2048, True, ""),
-        ("DeepSeek-V3 pretrain FP8-MX GB200", "GB200", 4018, "dsv3", 256, 1, 8, 32, 4096, 1, 4096, True, "VP4"),
-        ("DeepSeek-V3 pretrain FP8-MX GB300", "GB300", 4357, "dsv3", 256, 1, 2, 32, 4096, 1, 4096, True, "VP4"),
-        ("Qwen3-235B-A22B pretrain FP8-MX B200", "B200", 3269, "q235", 64, 1, 8, 8, 4096, 1, 1024, True, "VP2"),
-        ("Qwen3-235B-A22B pretrain BF16 GB200", "GB200", 4916, "q235", 256, 1, 8, 32, 4096, 1, 8192, False, "VP3"),
-        ("Qwen3-235B-A22B pretrain BF16 GB300", "GB300", 6131, "q235", 256, 1, 4, 16, 4096, 2, 8192, False, "VP12"),
+    table = [  # release, hardware, model, precision, tokens/s/GPU, GPUs, TP, PP, CP, EP, seq, MBS, GBS, VP
+        ("25.11", "H100", "q30", "FP8-CS", 5275, 16, 1, 2, 1, 8, 4096, 2, 512, 24),
+        ("25.11", "B200", "q30", "FP8-MX", 9299, 8, 1, 1, 1, 8, 4096, 1, 512, 1),
+        ("25.11", "GB200", "q30", "FP8-MX", 23766, 8, 1, 1, 1, 8, 4096, 4, 512, 1),
+        ("25.11", "GB300", "q30", "FP8-MX", 28934, 8, 1, 1, 1, 8, 4096, 4, 512, 1),
+        ("25.11", "H100", "l70", "FP8-CS", 1602, 64, 4, 8, 1, 1, 8192, 1, 128, 5),
+        ("25.11", "B200", "l8", "FP8-CS", 30624, 8, 1, 1, 1, 1, 8192, 2, 128, 1),
+        ("25.11", "GB200", "l8", "FP8-CS", 31508, 8, 1, 1, 1, 1, 8192, 2, 128, 1),
+        ("25.11", "GB300", "l8", "FP8-CS", 37556, 8, 1, 1, 1, 1, 8192, 2, 128, 1),
+        ("25.11", "B200", "dsv3", "FP8-MX", 2139, 256, 1, 16, 1, 8, 4096, 1, 2048, 1),
+        ("25.11", "GB200", "dsv3", "FP8-MX", 4018, 256, 1, 8, 1, 32, 4096, 1, 4096, 4),
+        ("25.11", "GB300", "dsv3", "FP8-MX", 4357, 256, 1, 2, 1, 32, 4096, 1, 4096, 4),
+        ("25.11", "B200", "q235", "FP8-MX", 3269, 64, 1, 8, 1, 8, 4096, 1, 1024, 2),
+        ("25.11", "GB200", "q235", "BF16", 4916, 256, 1, 8, 1, 32, 4096, 1, 8192, 3),
+        ("25.11", "GB300", "q235", "BF16", 6131, 256, 1, 4, 1, 16, 4096, 2, 8192, 12),
+        ("25.11", "H100", "l405", "FP8-CS", 292, 1024, 8, 8, 2, 1, 8192, 1, 512, 8),
+        ("25.11", "B200", "l405", "FP8-CS", 661, 128, 4, 8, 2, 1, 8192, 1, 64, 8),
+        ("25.11", "GB200", "l405", "FP8-CS", 813, 256, 4, 16, 1, 1, 8192, 1, 1536, 4),
+        ("25.11", "GB300", "l405", "FP8-CS", 999, 256, 2, 8, 2, 1, 8192, 1, 1536, 4),
+        ("25.11", "GB200", "dsv3", "BF16", 3139, 256, 1, 4, 1, 64, 4096, 1, 4096, 4),
+        ("25.11", "GB300", "dsv3", "BF16", 3848, 256, 1, 2, 1, 32, 4096, 1, 4096, 4),
+        ("26.02", "H100", "q30", "FP8-CS", 2557, 16, 1, 2, 1, 8, 4096, 1, 1024, 12),
+        ("26.02", "B200", "q30", "FP8-MX", 9691, 8, 1, 1, 1, 8, 4096, 1, 512, 1),
+        ("26.02", "B300", "q30", "FP8-MX", 29521, 8, 1, 1, 1, 8, 4096, 8, 512, 1),
+        ("26.02", "GB200", "q30", "FP8-MX", 26084, 8, 1, 1, 1, 8, 4096, 4, 512, 1),
+        ("26.02", "GB300", "q30", "FP8-MX", 30376, 8, 1, 1, 1, 8, 4096, 8, 512, 1),
+        ("26.02", "H100", "l70", "FP8-CS", 1621, 64, 4, 8, 1, 1, 8192, 1, 256, 5),
+        ("26.02", "GB200", "l70", "FP8-MX", 3887, 64, 2, 4, 1, 1, 8192, 1, 256, 5),
+        ("26.02", "GB300", "l70", "FP8-MX", 4596, 64, 1, 4, 1, 1, 8192, 1, 256, 5),
+        ("26.02", "H100", "l405", "FP8-CS", 311, 1024, 8, 8, 2, 1, 8192, 1, 1536, 8),
+        ("26.02", "GB200", "l405", "FP8-CS", 793, 256, 4, 16, 1, 1, 8192, 1, 1536, 4),
+        ("26.02", "GB300", "l405", "FP8-CS", 988, 256, 4, 8, 1, 1, 8192, 1, 1536, 4),
+        ("26.02", "GB200", "l405", "FP8-MX", 786, 256, 4, 16, 1, 1, 8192, 1, 1536, 8),
+        ("26.02", "GB300", "l405", "FP8-MX", 931, 256, 2, 8, 2, 1, 8192, 1, 1536, 4),
+        ("26.02", "B200", "dsv3", "FP8-MX", 2689, 256, 1, 16, 1, 8, 4096, 1, 4096, 1),
+        ("26.02", "B300", "dsv3", "FP8-MX", 2983, 256, 1, 16, 1, 8, 4096, 1, 4096, 1),
+        ("26.02", "GB200", "dsv3", "FP8-MX", 3955, 256, 1, 4, 1, 64, 4096, 1, 4096, 4),
+        ("26.02", "GB300", "dsv3", "FP8-MX", 4612, 256, 1, 2, 1, 32, 4096, 2, 4096, 8),
+        ("26.02", "H100", "q235", "FP8-CS", 1633, 256, 2, 8, 1, 32, 4096, 1, 8192, 4),
+        ("26.02", "B200", "q235", "FP8-MX", 3805, 256, 1, 8, 1, 8, 4096, 1, 8192, 1),
+        ("26.02", "B300", "q235", "FP8-MX", 2691, 256, 1, 8, 1, 8, 4096, 1, 8192, 4),
+        ("26.02", "GB200", "q235", "FP8-MX", 5448, 256, 1, 8, 1, 32, 4096, 1, 8192, 1),
+        ("26.02", "GB300", "q235", "FP8-MX", 6583, 256, 1, 4, 1, 32, 4096, 2, 8192, 1),
     ]
     # fmt: on
+    names = {
+        "q30": "Qwen3-30B-A3B",
+        "q235": "Qwen3-235B-A22B",
+        "dsv3": "DeepSeek-V3",
+        "l8": "Llama3-8B",
+        "l70": "Llama3-70B",
+        "l405": "Llama3.1-405B",
+    }
     rows = []
-    for name, hw, pub, m, gpus, tp, pp, ep, seq, mbs, gbs, fp8, extra in table:
+    for rel, hw, m, prec, pub, gpus, tp, pp, cp, ep, seq, mbs, gbs, vp in table:
         gpn = 4 if hw.startswith("GB") else 8
-        layout = " ".join(f"{k}{v}" for k, v in (("TP", tp), ("PP", pp), ("EP", ep)) if v > 1)
-        note = f"{gpus} GPUs, {layout or 'DP only'}{f' ({extra})' if extra else ''}, seq {seq}, MBS {mbs}, GBS {gbs}"
-        run = train_row(models[m], hw, gpus, tp, pp, ep, seq, gbs, fp8, gpn=gpn, mbs=mbs)
-        rows.append(Row(MB_2511, name, hw, {"train tok/s/GPU": pub}, run, note))
+        layout = " ".join(f"{k}{v}" for k, v in (("TP", tp), ("PP", pp), ("CP", cp), ("EP", ep)) if v > 1)
+        vp_note = f" (VP{vp})" if vp > 1 else ""
+        note = f"{gpus} GPUs, {layout or 'DP only'}{vp_note}, seq {seq}, MBS {mbs}, GBS {gbs}"
+        etp = 1 if ep > 1 else None
+        run = train_row(models[m], hw, gpus, tp, pp, ep, seq, gbs, prec != "BF16", gpn=gpn, mbs=mbs, cp=cp, etp=etp)
+        name = f"{names[m]} pretrain {prec} {hw} ({rel})"
+        rows.append(Row(f"{MB_SOURCE} {rel}", name, hw, {"train tok/s/GPU": pub}, run, note))
     return rows
 
 
@@ -705,22 +756,20 @@ Honest caveats:
   `waiting` phase.
 - TensorRT-LLM FP4 rows are modelled as FP8 rollouts (the twin has no FP4), so they are expected
   to be under-predicted; TensorRT-LLM is also faster per GPU than vLLM, the engine the twin models.
-- Megatron-Bridge rows are pre-training throughputs (FP8/MXFP8 GEMMs modelled at the FP8 peak),
-  all from the table of one release (25.11) with its own GPU counts, micro-batch sizes and layouts.
-  Until 2026-12-05 five of them carried shapes from no release (64 GPUs and MBS 1 for every
-  Qwen3-30B-A3B row, GBS 1024 assumed for DeepSeek-V3); corrected, see docs/twin.md 'Megatron MoE
-  recipes'.
+- Megatron-Bridge rows are pre-training throughputs (FP8 GEMMs modelled at the FP8 peak), 42
+  recipes from the 25.11 and 26.02 tables with their own GPU counts, micro-batch sizes and layouts.
+  Until 2026-12-05 five rows carried shapes from no release (64 GPUs and MBS 1 for every
+  Qwen3-30B-A3B row, GBS 1024 assumed for DeepSeek-V3); see docs/twin.md 'Megatron MoE recipes'.
 - The Qwen3-30B-A3B GRPO row has no published batch shape; its error is dominated by that.
 - Degrees of freedom: the per-hardware factors were fitted (`--fit`, bounded to physical ranges) on
-  these same rows. H100/B200/GB300 have only 2-4 training rows each, so those rows are close to
-  fitted by construction; the GB200 rows are not fitted (the twin uses GB300's factors there). The
-  H20 RL rows (37 numbers, 5 factors) are the real test.
-- Dense pre-training is within 15% on all four GPU types (Llama3-8B on B200/GB200/GB300,
-  Llama3-70B on H100), and so are the MoE rows whose recipes use 4-sequence micro-batches or EP32
-  on the GB200/GB300 racks (-20% to +15%, except Qwen3-30B-A3B on GB200, +40%). The MoE rows of
-  the 8-GPU H100/B200 recipes, with 1-2 sequences per micro-batch, run 1.4x-2.8x slower than the
-  twin: its grouped-GEMM model misses what a small micro-batch costs a Megatron MoE layer. The
-  shipped factors keep them unfitted (`--fit` would drop B200's train_mfu to 0.43 and make its
+  these same rows; the shipped factors were fitted before the pre-training rows had their real
+  shapes and are kept (B300 uses B200's, GB200 GB300's). The H20 RL rows (37 numbers, 5 factors)
+  are the real test.
+- Llama3-8B/70B pre-training is within 15% on H100, B200, GB200 and GB300, and MoE on the
+  GB200/GB300 racks within -22% to +11%. The twin refuses 9 of the 10 Llama3.1-405B and Llama3-70B
+  FP8-MX GB300 recipes for memory (0-9% over the GPU; they ran). Dropless MoE at small micro-batches
+  on 8-GPU nodes runs up to 5.5x slower than the twin (Qwen3-30B-A3B at MBS 1-2; docs/twin.md);
+  the shipped factors do not absorb it (`--fit` would drop B200's train_mfu to 0.44 and make its
   dense row 35% too slow).
 - verl's fully-async "gen" (the trainer's wait, 21-33 s) is the twin's `waiting` phase, which its
   async pipeline (rltune/api/pipeline.py: bounded run-ahead, verl's staleness_threshold as
