@@ -125,6 +125,9 @@ CALIBRATE_NAMES_IN_DATASET = set(CALIBRATE_TWINS.values())
 # published phase metric -> twin phase (synchronous steps; fully-async/one-step-off "gen" is the trainer's wait)
 PHASES_SYNC = {
     "gen_s": "generation",
+    # verl's timing_s/generate_sequences: the engine's generation alone (gen also counts the rollout's
+    # wake-up, sleep and reward); in one-step-off runs it is the rollout GPUs' generation
+    "generate_sequences_s": "generation",
     "rollout_s": "generation",
     "old_log_prob_s": "old_logprob",
     "prev_logprob_s": "old_logprob",

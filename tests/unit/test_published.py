@@ -12,6 +12,7 @@ from bench import calibrate as cal  # noqa: E402
 from bench import published as pub  # noqa: E402
 
 from rltune.api.models import RLConfig, TaskSpec  # noqa: E402
+from rltune.twin import simulate_step_breakdown  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -219,3 +220,15 @@ def test_the_30b_fully_async_row_runs_the_layout_its_yaml_records(data, built):
     assert b.inputs["scenario"]["mini_batches"] == 512 // r["batch"]["ppo_mini_batch_prompts"] == 4
     dsv3 = next(b for b in built if b.id == "verl-dsv3-671b-colocate-96")
     assert RLConfig.model_validate(dsv3.inputs["cfg"]).trainer.expert_tp == 1  # the script's ETP
+
+
+def test_generate_sequences_is_the_engines_generation_even_one_step_off(built):
+    """verl's generate_sequences is scored against the twin's generation phase in every mode; a
+    one-step-off row's gen-like wait (wait_prev_gen) stays the trainer's wait."""
+    osp = next(b for b in built if b.id == "verl-osp-7b-fsdp2-onestepoff-4-12")
+    assert {"generate_sequences_s", "wait_prev_gen_s"} <= set(osp.metrics)
+    pred = pub.predict(osp, {})
+    cfg = RLConfig.model_validate(osp.inputs["cfg"])
+    i = osp.inputs
+    phases = simulate_step_breakdown(i["model"], i["task"], i["gpu"], i["gpn"], cfg, i["scenario"])["phases"]
+    assert pred["generate_sequences_s"] == phases["generation"] > phases["waiting"] == pred["wait_prev_gen_s"]
