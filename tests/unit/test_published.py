@@ -232,3 +232,14 @@ def test_generate_sequences_is_the_engines_generation_even_one_step_off(built):
     i = osp.inputs
     phases = simulate_step_breakdown(i["model"], i["task"], i["gpu"], i["gpn"], cfg, i["scenario"])["phases"]
     assert pred["generate_sequences_s"] == phases["generation"] > phases["waiting"] == pred["wait_prev_gen_s"]
+
+
+def test_megatron_bridge_recipes_agree_with_their_own_gradient_accumulation():
+    """Each transcribed recipe satisfies GBS = GA x MBS x DP with the table's own GA column (a typo in
+    GPUs, TP, PP, CP, MBS or GBS breaks it). The one row the source itself contradicts is named."""
+    contradicted = {("25.11", "GB300", "q235")}  # published GA 32; its GBS 8192, MBS 2 and PP4 give 64
+    for r in cal.MEGATRON_BRIDGE_RECIPES:
+        dp, rem = divmod(r.gpus, r.tp * r.pp * r.cp)
+        assert rem == 0 and r.ep <= r.gpus // r.pp, r
+        consistent = r.gbs == r.ga * r.mbs * dp
+        assert consistent != ((r.release, r.hw, r.model) in contradicted), r
