@@ -455,7 +455,8 @@ LLAMA405 = ModelArch(
 # df0289c; docs/references.md), tables "26.02 NeMo Container" and "25.11 NeMo Container": every shape
 # below is the table's (GPUs, GBS, MBS, sequence length, TP, PP, CP, EP; expert TP is 1 in every MoE
 # recipe). Not modelled: the virtual-pipeline size (the twin's pipeline bubble is (pp - 1) /
-# micro-batches); FP8-CS and FP8-MX are both the FP8 peak x fp8_train_speedup. Not taken: NVFP4
+# micro-batches); FP8-CS and FP8-MX are both the FP8 peak x fp8_train_speedup; activation recompute is
+# not in the tables (selective assumed; the old DeepSeek-V3 row assumed full). Not taken: NVFP4
 # rows (no FP4 in the twin), Megatron-FSDP rows (the twin's fsdp scenario is verl's eager FSDP),
 # GPT-OSS (no preset), the 25.09 table's token-dropping rows (RL trains dropless; docs/twin.md
 # 'Megatron MoE recipes' compares them). GB200/GB300 rows run on 4-GPU nodes: the NVLink domain is
