@@ -540,15 +540,18 @@ MB_MODEL_NAMES = {
 }
 
 
+MB_MODELS = {
+    "q30": preset("qwen3-30b-a3b"),
+    "q235": preset("qwen3-235b-a22b"),
+    "dsv3": preset("deepseek-v3"),
+    "l8": LLAMA8,
+    "l70": LLAMA70,
+    "l405": LLAMA405,
+}
+
+
 def _train_rows() -> list[Row]:
-    models = {
-        "q30": preset("qwen3-30b-a3b"),
-        "q235": preset("qwen3-235b-a22b"),
-        "dsv3": preset("deepseek-v3"),
-        "l8": LLAMA8,
-        "l70": LLAMA70,
-        "l405": LLAMA405,
-    }
+    models = MB_MODELS
     rows = []
     for r in MEGATRON_BRIDGE_RECIPES:
         gpn = 4 if r.hw.startswith("GB") else 8
@@ -566,6 +569,37 @@ def _train_rows() -> list[Row]:
 
 
 TRAIN_ROWS = _train_rows()
+
+
+@dataclass(frozen=True)
+class MoeLayerTime:
+    """One MoE recipe's time per MoE layer and micro-batch, published and in the twin."""
+
+    recipe: Recipe
+    local_experts: int
+    published_ms: float
+    twin_ms: float
+
+
+def moe_layer_times(overrides: Optional[dict] = None) -> list[MoeLayerTime]:
+    """Each MoE pre-training recipe's step time spread over the micro-batches and MoE layers a pipeline
+    stage runs (bubble ignored), published and in the twin: the view that separates a GPU-bound layer
+    from a host-bound floor (docs/twin.md 'Megatron MoE recipes'). Recipes the twin refuses are left out."""
+    out = []
+    for r, row in zip(MEGATRON_BRIDGE_RECIPES, TRAIN_ROWS):
+        model = MB_MODELS[r.model]
+        if not model.is_moe:
+            continue
+        try:
+            twin = row.run((overrides or {}).get(row.hw, {}))["train tok/s/GPU"]
+        except Infeasible:
+            continue
+        dp = r.gpus // (r.tp * r.pp * r.cp)
+        per = (r.gbs // (dp * r.mbs)) * model.moe_layers() / r.pp  # micro-batches x a stage's MoE layers
+        tokens = r.gbs * r.seq / r.gpus
+        out.append(MoeLayerTime(r, model.experts // r.ep, 1e3 * tokens / r.tokens_per_gpu_s / per,
+                                1e3 * tokens / twin / per))  # fmt: skip
+    return out
 
 
 # ------------------------------------------------------------------------------------------ weight sync rows
@@ -832,7 +866,16 @@ def main(argv=None) -> int:
     ap.add_argument("--fit", action="store_true", help="search per-hardware factors first and use them")
     ap.add_argument("--out", default=str(ROOT / "docs" / "calibration.md"))
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--moe-layers", action="store_true", help="print the MoE recipes per layer and micro-batch")
     a = ap.parse_args(argv)
+    if a.moe_layers:
+        print("| recipe | local experts | MBS | published ms per MoE layer x micro-batch | twin ms |")
+        print("|---|---:|---:|---:|---:|")
+        for m in sorted(moe_layer_times(), key=lambda m: (m.local_experts, m.recipe.model, m.recipe.hw)):
+            r = m.recipe
+            name = f"{MB_MODEL_NAMES[r.model]} {r.precision} {r.hw} ({r.release})"
+            print(f"| {name} | {m.local_experts} | {r.mbs} | {m.published_ms:.1f} | {m.twin_ms:.1f} |")
+        return 0
     overrides = fit(ALL_ROWS) if a.fit else {}
     _cached_step.cache_clear()
     results = evaluate(ALL_ROWS, overrides)

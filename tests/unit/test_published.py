@@ -243,3 +243,12 @@ def test_megatron_bridge_recipes_agree_with_their_own_gradient_accumulation():
         assert rem == 0 and r.ep <= r.gpus // r.pp, r
         consistent = r.gbs == r.ga * r.mbs * dp
         assert consistent != ((r.release, r.hw, r.model) in contradicted), r
+
+
+def test_moe_layers_with_few_local_experts_are_gpu_bound_in_the_twin_too():
+    """Per MoE layer and micro-batch, the rack recipes that hold 4-8 experts per GPU (no host floor)
+    run within 30% of the twin's GPU time: its MoE compute side."""
+    rack = [m for m in cal.moe_layer_times() if m.local_experts <= 8 and m.recipe.hw.startswith("GB")]
+    assert len(rack) >= 8
+    for m in rack:
+        assert abs(m.twin_ms / m.published_ms - 1) < 0.3, m
