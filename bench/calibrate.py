@@ -483,6 +483,16 @@ class Recipe(NamedTuple):
     vp: int
     ga: int  # the table's gradient accumulations: a check on the transcription (GBS = GA x MBS x DP)
 
+    @property
+    def dp(self) -> int:
+        """Data-parallel size of the dense layers."""
+        return self.gpus // (self.tp * self.pp * self.cp)
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches each pipeline stage runs per step, from the shape (GBS / (DP x MBS))."""
+        return self.gbs // (self.dp * self.mbs)
+
 
 # fmt: off
 MEGATRON_BRIDGE_RECIPES = [
@@ -551,7 +561,6 @@ MB_MODELS = {
 
 
 def _train_rows() -> list[Row]:
-    models = MB_MODELS
     rows = []
     for r in MEGATRON_BRIDGE_RECIPES:
         gpn = 4 if r.hw.startswith("GB") else 8
@@ -561,7 +570,7 @@ def _train_rows() -> list[Row]:
         etp = 1 if r.ep > 1 else None
         fp8 = r.precision != "BF16"
         run = train_row(
-            models[r.model], r.hw, r.gpus, r.tp, r.pp, r.ep, r.seq, r.gbs, fp8, gpn=gpn, mbs=r.mbs, cp=r.cp, etp=etp
+            MB_MODELS[r.model], r.hw, r.gpus, r.tp, r.pp, r.ep, r.seq, r.gbs, fp8, gpn=gpn, mbs=r.mbs, cp=r.cp, etp=etp
         )
         name = f"{MB_MODEL_NAMES[r.model]} pretrain {r.precision} {r.hw} ({r.release})"
         rows.append(Row(f"{MB_SOURCE} {r.release}", name, r.hw, {"train tok/s/GPU": r.tokens_per_gpu_s}, run, note))
@@ -594,8 +603,7 @@ def moe_layer_times(overrides: Optional[dict] = None) -> list[MoeLayerTime]:
             twin = row.run((overrides or {}).get(row.hw, {}))["train tok/s/GPU"]
         except Infeasible:
             continue
-        dp = r.gpus // (r.tp * r.pp * r.cp)
-        per = (r.gbs // (dp * r.mbs)) * model.moe_layers() / r.pp  # micro-batches x a stage's MoE layers
+        per = r.micro_batches * model.moe_layers() / r.pp  # micro-batches x a stage's MoE layers
         tokens = r.gbs * r.seq / r.gpus
         out.append(MoeLayerTime(r, model.experts // r.ep, 1e3 * tokens / r.tokens_per_gpu_s / per,
                                 1e3 * tokens / twin / per))  # fmt: skip
