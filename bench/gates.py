@@ -44,13 +44,22 @@ constraints.rewardGate (screen: the confirmation screened again against a baseli
 nonInferiority: judged by non-inferiority against a baseline of max(S, C) steps), with every
 regression injected into both runs of the candidate (`run_shipped`).
 
+Last, the grey zone (`run_grey_zone`): each seed-shaped job's oracle from `--results` (a healthy
+one-step-off configuration, no injected regression) screened and confirmed the same way under each
+rewardGate, with the twin's learning curve stretched by each lag penalty in PENALTIES instead of its
+own 35% per step of lag (the same draws), next to its true reward drop and the best synchronous
+configuration the benchmark judged: how much of the async lever nonInferiority would ship, by how
+fast one-step-off runs really learn (docs/tuner.md 'The reward gate on the winner').
+
 Writes the raw counts to out/bench-gates.json. About a minute on one core with the defaults.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
+import dataclasses
 import json
 import math
 import sys
@@ -84,6 +93,12 @@ RULE_NAMES = {
     "ni": "non-inferiority",
 }
 GOAL_CATCH, GOAL_FALSE = 0.95, 0.05
+# The twin's quality model stretches the learning curve's time constant by this much per step of lag,
+# and by TWIN_FP8_TAU for an fp8 rollout (twin/core.py::_quality; no public source pins either). The
+# grey-zone table re-draws the same trials at other lag penalties (QualityTrials.trial's lag_penalty);
+# --check verifies that the twin's own penalty reproduces simulate_trial exactly.
+TWIN_LAG_PENALTY, TWIN_FP8_TAU = 0.35, 0.1
+PENALTIES = (0.0, 0.1, 0.2, TWIN_LAG_PENALTY)
 
 
 # ------------------------------------------------------------------------------ the previous gate
@@ -145,11 +160,21 @@ class QualityTrials:
         self.mu_reward = sum(s.reward for s in scored) / len(scored)
         self.mu_mismatch = sum(s.logprob_mismatch for s in scored) / len(scored)
 
-    def trial(self, seed: Optional[int]) -> list[StepRecord]:
+    def trial(self, seed: Optional[int], lag_penalty: Optional[float] = None) -> list[StepRecord]:
+        """One trial's records (seed None: noiseless). `lag_penalty`: learn as if each step of lag
+        stretched the learning curve by this much instead of the twin's TWIN_LAG_PENALTY (the same
+        noise draws; only reward_tau is rescaled for the steps that lag)."""
         out = []
         for t in self.template:
             rng = None if seed is None else np.random.default_rng([seed, t.step])
-            reward, mismatch = _quality(self.plan, t.step, t.staleness, rng)
+            plan = self.plan
+            if lag_penalty is not None and t.staleness > 0:
+                f = TWIN_FP8_TAU if plan.cfg.rollout.fp8 else 0.0
+                scale = (1.0 + lag_penalty * t.staleness + f) / (1.0 + TWIN_LAG_PENALTY * t.staleness + f)
+                plan = dataclasses.replace(
+                    plan, eff=dataclasses.replace(plan.eff, reward_tau=plan.eff.reward_tau * scale)
+                )
+            reward, mismatch = _quality(plan, t.step, t.staleness, rng)
             s = copy.copy(t)
             s.phases = dict(t.phases)
             s.reward, s.logprob_mismatch = reward, mismatch
@@ -307,6 +332,102 @@ def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds:
     return {"job": job["metadata"]["name"], "modes": out}
 
 
+def judged_configs(job_name: str, results: Path) -> Optional[dict]:
+    """The job's oracle configuration and its best synchronous (staleness 0) one among every
+    configuration the benchmark judged (its yardstick: the oracle's shortlist and every method's
+    picks), with their speed-ups on the yardstick; None if the job is not in `results`."""
+    from rltune.api.models import RLConfig
+
+    rows = {r["job"]: r for r in json.loads(results.read_text())} if results.exists() else {}
+    r = rows.get(job_name)
+    if r is None:
+        return None
+    sync = [
+        (v[0], dict(ast.literal_eval(k)))
+        for k, v in r["yardstick"].items()
+        if v is not None and dict(ast.literal_eval(k)).get("async.staleness") == 0
+    ]
+    best_sync = min(sync, key=lambda x: x[0]) if sync else None
+    return {
+        "oracle": RLConfig.model_validate(r["oracle_config"]),
+        "oracle_speedup": r["oracle_speedup"],
+        "best_sync_speedup": r["baseline"] / best_sync[0] if best_sync else None,
+    }
+
+
+def run_grey_zone(
+    job: dict, job_index: int, shipped: tuple[int, int, int], seeds: int, judged: dict, check: bool
+) -> dict:
+    """How often the job's oracle (a healthy configuration the twin slows by its lag, never an
+    injected regression) is shipped under each constraints.rewardGate, at each lag penalty in
+    PENALTIES: a screening trial of stepsPerTrial steps, then a confirmation of confirmSteps steps,
+    judged as run_shipped judges them; and its true reward drop over the confirmation's scored
+    steps against the baseline (noiseless, relative to the baseline's mean reward)."""
+    steps, warmup, confirm = shipped
+    spec = RLTuningJobSpec.model_validate(job["spec"])
+    spec.budget.steps_per_trial, spec.budget.warmup_steps, spec.budget.confirm_steps = steps, warmup, confirm
+    c = spec.constraints
+    base_cfg, orc = baseline_record(spec).config, judged["oracle"]
+    qs, qc = QualityTrials(spec, orc, steps, warmup), QualityTrials(spec, orc, confirm, warmup)
+    if check:
+        qc.check(job["metadata"]["name"] + " (oracle)")
+        a, b = qc.trial(11), qc.trial(11, TWIN_LAG_PENALTY)
+        if any(not math.isclose(x.reward, y.reward, rel_tol=1e-12, abs_tol=1e-15) for x, y in zip(a, b, strict=True)):
+            raise SystemExit("grey zone: the twin's own lag penalty does not reproduce its rewards")
+    qbs = {n: QualityTrials(spec, base_cfg, n, warmup) for n in {steps, max(steps, confirm)}}
+    out = {"job": job["metadata"]["name"], "lag": max(t.staleness for t in qc.template), "penalties": {}}
+    out |= {k: judged[k] for k in ("oracle_speedup", "best_sync_speedup")}
+    for pen in PENALTIES:
+        nb_ni = max(steps, confirm)
+        mu_b = qbs[nb_ni].mu_reward
+        conf = [r.reward for r in qc.trial(None, pen) if not r.warmup]
+        cell = {"true_drop": 1.0 - (sum(conf) / len(conf)) / mu_b, "n": 0, "screen": 0, "nonInferiority": 0}
+        for sd in range(seeds):
+            seed_b = job_index * 1_000_000 + 700_000 + sd
+            cand_s, cand_c = summarize(qs.trial(seed_b + 50_000, pen)), summarize(qc.trial(seed_b + 60_000, pen))
+            cell["n"] += 1
+            for mode, nb in (("screen", steps), ("nonInferiority", nb_ni)):
+                base = summarize(qbs[nb].trial(seed_b))
+                base = records.unflatten_summary(records.flatten_summary(base, keep_rewards=True))
+                ok = G.passed(G.evaluate(cand_s, base, c)) and G.passed(
+                    G.evaluate(cand_c, base, c, confirmation=mode == "nonInferiority")
+                )
+                cell[mode] += ok
+        out["penalties"][f"{pen:g}"] = cell
+    return out
+
+
+def print_grey_zone(rows: list[dict], shipped: tuple[int, int, int], seeds: int) -> None:
+    steps, warmup, confirm = shipped
+    print(
+        f"\n## The grey zone: each job's oracle (healthy, {rows[0]['lag']:g} step of lag) shipped under each "
+        f"rewardGate, by the lag penalty the twin assumes ({TWIN_LAG_PENALTY:g}: its learning curve stretched "
+        f"{100 * TWIN_LAG_PENALTY:.0f}% per step of lag); screening {steps} steps, confirmation {confirm}, "
+        f"warm-up {warmup}; {seeds} seeds\n"
+    )
+    pens = [f"{p:g}" for p in PENALTIES]
+    print(
+        "| job | oracle | best sync judged | "
+        + " | ".join(f"penalty {p}: true drop, shipped screen / NI" for p in pens)
+        + " |"
+    )
+    print("|---|---:|---:|" + "---|" * len(pens))
+    for r in rows:
+        cells = []
+        for p in pens:
+            c = r["penalties"][p]
+            cells.append(
+                f"{100 * c['true_drop']:.1f}%, {_share(c['screen'], c['n'])} / {_share(c['nonInferiority'], c['n'])}"
+            )
+        bs = f"{r['best_sync_speedup']:.2f}x" if r["best_sync_speedup"] else "-"
+        print(f"| {r['job']} | {r['oracle_speedup']:.2f}x | {bs} | " + " | ".join(cells) + " |")
+    for p in pens:
+        ni = [r["penalties"][p]["nonInferiority"] / r["penalties"][p]["n"] for r in rows]
+        print(
+            f"penalty {p}: the oracle ships under nonInferiority on median {100 * float(np.median(ni)):.0f}% of seeds"
+        )
+
+
 def aggregate_shipped(per_job: list[dict]) -> dict:
     out = {}
     for mode in ("screen", "nonInferiority"):
@@ -457,6 +578,11 @@ def main(argv=None) -> int:
         "and warm-up, and the confirmSteps that nonInferiority needs at the twin's reward noise)",
     )
     ap.add_argument("--no-check", action="store_true", help="skip the check against simulate_trial")
+    ap.add_argument(
+        "--results",
+        default=str(ROOT / "bench" / "results.json"),
+        help="the benchmark's seed-set results, whose oracles the grey-zone table ships (skipped if absent)",
+    )
     ap.add_argument("--out", default=str(ROOT / "out" / "bench-gates.json"))
     a = ap.parse_args(argv)
     budgets = [tuple(int(x) for x in b.split("/")) for b in a.budgets.split(",")]
@@ -468,15 +594,20 @@ def main(argv=None) -> int:
         want = set(a.jobs.split(","))
         js = [j for j in js if j["metadata"]["name"] in want]
     t0 = time.time()
-    per_job, per_job_shipped = [], []
+    per_job, per_job_shipped, grey = [], [], []
     for i, j in enumerate(js):
         per_job.append(run_job(j, i, budgets, a.seeds, check=not a.no_check))
         per_job_shipped.append(run_shipped(j, i, shipped, a.seeds))
+        judged = judged_configs(j["metadata"]["name"], Path(a.results))
+        if judged is not None:
+            grey.append(run_grey_zone(j, i, shipped, a.seeds, judged, check=not a.no_check))
         print(f"{j['metadata']['name']}: done ({time.time() - t0:.0f}s)", file=sys.stderr)
     agg = aggregate(per_job)
     agg_shipped = aggregate_shipped(per_job_shipped)
     print_tables(agg, len(js), a.seeds, per_job[0]["constraints"])
     print_shipped(agg_shipped, shipped, len(js), a.seeds)
+    if grey:
+        print_grey_zone(grey, shipped, a.seeds)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
@@ -488,6 +619,7 @@ def main(argv=None) -> int:
                 "aggregate": agg,
                 "jobs": per_job,
                 "shipped": {"budget": "/".join(map(str, shipped)), "aggregate": agg_shipped, "jobs": per_job_shipped},
+                "grey_zone": {"penalties": list(PENALTIES), "twin_penalty": TWIN_LAG_PENALTY, "jobs": grey},
                 "seconds": round(time.time() - t0, 1),
             },
             indent=1,
