@@ -343,15 +343,14 @@ def judged_configs(job_name: str, results: Path) -> Optional[dict]:
     if r is None:
         return None
     sync = [
-        (v[0], dict(ast.literal_eval(k)))
+        v[0]
         for k, v in r["yardstick"].items()
         if v is not None and dict(ast.literal_eval(k)).get("async.staleness") == 0
     ]
-    best_sync = min(sync, key=lambda x: x[0]) if sync else None
     return {
         "oracle": RLConfig.model_validate(r["oracle_config"]),
         "oracle_speedup": r["oracle_speedup"],
-        "best_sync_speedup": r["baseline"] / best_sync[0] if best_sync else None,
+        "best_sync_speedup": r["baseline"] / min(sync) if sync else None,
     }
 
 
@@ -374,21 +373,32 @@ def run_grey_zone(
         a, b = qc.trial(11), qc.trial(11, TWIN_LAG_PENALTY)
         if any(not math.isclose(x.reward, y.reward, rel_tol=1e-12, abs_tol=1e-15) for x, y in zip(a, b, strict=True)):
             raise SystemExit("grey zone: the twin's own lag penalty does not reproduce its rewards")
-    qbs = {n: QualityTrials(spec, base_cfg, n, warmup) for n in {steps, max(steps, confirm)}}
+    modes = ("screen", "nonInferiority")
+    profile_steps = {}  # rewardGate -> the baseline's profile length (records.baseline_steps)
+    for mode in modes:
+        spec.constraints.reward_gate = mode
+        profile_steps[mode] = records.baseline_steps(spec)
+    qbs = {n: QualityTrials(spec, base_cfg, n, warmup) for n in set(profile_steps.values())}
+    seed_of = [job_index * 1_000_000 + 700_000 + sd for sd in range(seeds)]
+    # the baselines do not depend on the penalty: summarised once per seed and profile length
+    bases = {
+        n: [
+            records.unflatten_summary(records.flatten_summary(summarize(qb.trial(sb)), keep_rewards=True))
+            for sb in seed_of
+        ]
+        for n, qb in qbs.items()
+    }
+    mu_b = qbs[profile_steps["nonInferiority"]].mu_reward
     out = {"job": job["metadata"]["name"], "lag": max(t.staleness for t in qc.template), "penalties": {}}
     out |= {k: judged[k] for k in ("oracle_speedup", "best_sync_speedup")}
     for pen in PENALTIES:
-        nb_ni = max(steps, confirm)
-        mu_b = qbs[nb_ni].mu_reward
         conf = [r.reward for r in qc.trial(None, pen) if not r.warmup]
-        cell = {"true_drop": 1.0 - (sum(conf) / len(conf)) / mu_b, "n": 0, "screen": 0, "nonInferiority": 0}
-        for sd in range(seeds):
-            seed_b = job_index * 1_000_000 + 700_000 + sd
+        cell = {"true_drop": 1.0 - (sum(conf) / len(conf)) / mu_b, "n": 0} | dict.fromkeys(modes, 0)
+        for i, seed_b in enumerate(seed_of):
             cand_s, cand_c = summarize(qs.trial(seed_b + 50_000, pen)), summarize(qc.trial(seed_b + 60_000, pen))
             cell["n"] += 1
-            for mode, nb in (("screen", steps), ("nonInferiority", nb_ni)):
-                base = summarize(qbs[nb].trial(seed_b))
-                base = records.unflatten_summary(records.flatten_summary(base, keep_rewards=True))
+            for mode in modes:
+                base = bases[profile_steps[mode]][i]
                 ok = G.passed(G.evaluate(cand_s, base, c)) and G.passed(
                     G.evaluate(cand_c, base, c, confirmation=mode == "nonInferiority")
                 )
