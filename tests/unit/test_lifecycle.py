@@ -289,3 +289,24 @@ def test_every_trial_runs_with_its_gpu_counts_stated():
         assert cfg.gpus is not None, t.id
     base = next(t for t in status.trials if t.kind == "baseline")
     assert R.config_from_diff(spec.baseline, base.config).gpus == spec.resources.gpu_budget == base.gpus
+
+
+def test_a_winner_on_fewer_gpus_confirms_on_the_jobs_objective():
+    """objective gpuSecondsPerStep: a winner on fewer GPUs runs each step slower but costs fewer
+    GPU-seconds; its confirmation is judged on the objective, as the search judged it, not on seconds."""
+    spec = job(
+        searchSpace={"allowFewerGpus": True, "minGpus": 8},
+        objective="gpuSecondsPerStep",
+        budget={"maxTrials": 6, "parallelTrials": 1, "stepsPerTrial": 4, "confirmSteps": 6},
+    )
+
+    def fewer_gpus_cost_less(t, cfg):
+        slower = (32 / (cfg.gpus or 32)) ** 0.5  # half the GPUs: 1.41x the seconds, 0.71x the GPU-seconds
+        phases = {k: v * slower for k, v in truth(cfg).items()}
+        return L.Observation(placed=True, done=True, steps=steps(phases, n=t.steps, seed=len(t.id)))
+
+    status, events = drive(spec, fewer_gpus_cost_less)
+    assert status.phase == Phase.SUCCEEDED and status.best is not None, status.message
+    assert status.best.confirmed and status.best.gpus < 32, status.best
+    assert status.best.step_seconds > status.baseline.step_seconds  # slower per step, and still the winner
+    assert not any(e.reason == "ConfirmationFailed" for e in events)

@@ -897,19 +897,17 @@ class _Lifecycle:
         if c.state.is_active:
             return
         orig = next(t for t in self.status.trials if t.id == c.of)
-        base = self.status.baseline
-        if (
-            c.state == TrialState.SUCCEEDED
-            and c.measured_seconds
-            and base
-            and base.step_seconds
-            and c.measured_seconds < base.step_seconds
-        ):
+        # judged on the job's objective, as the search was: with gpuSecondsPerStep or costPerStep a winner
+        # on fewer GPUs may be slower per step and still better
+        base_obj = [t.objective for t in self.status.trials if t.kind == "baseline"][-1]
+        if c.state == TrialState.SUCCEEDED and c.objective and base_obj and c.objective < base_obj:
             self.set_best(c, confirmed=True, of=orig)
             self.succeed(f"confirmed over {c.steps} steps")
             return
         orig.state = TrialState.REJECTED
-        orig.reason = f"confirmation run {c.id} {c.state}: {c.reason or 'not faster than the baseline'}"[:300]
+        orig.reason = (
+            f"confirmation run {c.id} {c.state}: {c.reason or 'not better than the baseline on the objective'}"[:300]
+        )
         self._tuner = None
         self.warn("ConfirmationFailed", orig.reason)
         self.phase(Phase.SEARCHING, f"{orig.id} did not confirm; picking the next best")
