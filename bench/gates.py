@@ -38,7 +38,7 @@ step])); the noise draws differ from simulate_trial's (whose generator first fee
 but have the same distribution. `--check` (on by default) verifies the path: for every job the
 noiseless records equal simulate_trial(noise=False) exactly.
 
-After the per-budget tables, `--shipped S/W/C` (default 6/1/12) runs the gate as the lifecycle does:
+After the per-budget tables, `--shipped S/W/C` (default: the CRD's 6/1/12) runs the gate as the lifecycle does:
 a screening trial of S steps, then the winner's confirmation of C steps, under each
 constraints.rewardGate (screen: the confirmation screened again against a baseline of S steps;
 nonInferiority: judged by non-inferiority against a baseline of max(S, C) steps), with every
@@ -47,7 +47,7 @@ regression injected into both runs of the candidate (`run_shipped`).
 Last, the grey zone (`run_grey_zone`): each seed-shaped job's oracle from `--results` (a healthy
 one-step-off configuration, no injected regression) screened and confirmed the same way under each
 rewardGate, with the twin's learning curve stretched by each lag penalty in PENALTIES instead of its
-own 35% per step of lag (the same draws), next to its true reward drop and the best synchronous
+own (Efficiency.lag_penalty, 8% per step of lag; the same draws), next to its true reward drop and the best synchronous
 configuration the benchmark judged: how much of the async lever nonInferiority would ship, by how
 fast one-step-off runs really learn (docs/tuner.md 'The reward gate on the winner').
 
@@ -76,10 +76,11 @@ from bench.jobs import jobs as bench_jobs  # noqa: E402
 from bench.run import job_plan  # noqa: E402
 from rltune import twin  # noqa: E402
 from rltune.api.metrics import StepRecord  # noqa: E402
-from rltune.api.models import RLTuningJobSpec, trial_spec_for  # noqa: E402
+from rltune.api.models import Budget, RLTuningJobSpec, trial_spec_for  # noqa: E402
 from rltune.tuner import baseline_record, records, summarize  # noqa: E402
 from rltune.tuner import gates as G  # noqa: E402
 from rltune.twin.core import _quality, simulate_one_step  # noqa: E402
+from rltune.twin.efficiency import Efficiency  # noqa: E402
 
 BUDGETS = ((4, 1), (6, 1), (11, 1))
 DROPS = tuple(k / 4 for k in range(1, 17))  # 0.25 .. 4 x tolerance
@@ -93,12 +94,14 @@ RULE_NAMES = {
     "ni": "non-inferiority",
 }
 GOAL_CATCH, GOAL_FALSE = 0.95, 0.05
-# The twin's quality model stretches the learning curve's time constant by this much per step of lag,
-# and by TWIN_FP8_TAU for an fp8 rollout (twin/core.py::_quality; no public source pins either). The
-# grey-zone table re-draws the same trials at other lag penalties (QualityTrials.trial's lag_penalty);
+# The twin's quality model stretches the learning curve's time constant by Efficiency.lag_penalty per
+# step of lag (measured: bench/lag_penalty.py) and by Efficiency.fp8_tau_stretch for an fp8 rollout
+# (twin/core.py::_quality). The grey-zone table re-draws the same trials at other lag penalties
+# (QualityTrials.trial's lag_penalty), up to FORMER_LAG_PENALTY, the twin's unsourced value before 0.3.8;
 # --check verifies that the twin's own penalty reproduces simulate_trial exactly.
-TWIN_LAG_PENALTY, TWIN_FP8_TAU = 0.35, 0.1
-PENALTIES = (0.0, 0.1, 0.2, TWIN_LAG_PENALTY)
+TWIN_LAG_PENALTY = Efficiency.lag_penalty
+FORMER_LAG_PENALTY = 0.35
+PENALTIES = tuple(sorted({0.0, TWIN_LAG_PENALTY, 0.2, FORMER_LAG_PENALTY}))
 
 
 # ------------------------------------------------------------------------------ the previous gate
@@ -162,15 +165,15 @@ class QualityTrials:
 
     def trial(self, seed: Optional[int], lag_penalty: Optional[float] = None) -> list[StepRecord]:
         """One trial's records (seed None: noiseless). `lag_penalty`: learn as if each step of lag
-        stretched the learning curve by this much instead of the twin's TWIN_LAG_PENALTY (the same
+        stretched the learning curve by this much instead of the twin's Efficiency.lag_penalty (the same
         noise draws; only reward_tau is rescaled for the steps that lag)."""
         out = []
         for t in self.template:
             rng = None if seed is None else np.random.default_rng([seed, t.step])
             plan = self.plan
             if lag_penalty is not None and t.staleness > 0:
-                f = TWIN_FP8_TAU if plan.cfg.rollout.fp8 else 0.0
-                scale = (1.0 + lag_penalty * t.staleness + f) / (1.0 + TWIN_LAG_PENALTY * t.staleness + f)
+                f = plan.eff.fp8_tau_stretch if plan.cfg.rollout.fp8 else 0.0
+                scale = (1.0 + lag_penalty * t.staleness + f) / (1.0 + plan.eff.lag_penalty * t.staleness + f)
                 plan = dataclasses.replace(
                     plan, eff=dataclasses.replace(plan.eff, reward_tau=plan.eff.reward_tau * scale)
                 )
@@ -411,7 +414,7 @@ def print_grey_zone(rows: list[dict], shipped: tuple[int, int, int], seeds: int)
     steps, warmup, confirm = shipped
     print(
         f"\n## The grey zone: each job's oracle (healthy, {rows[0]['lag']:g} step of lag) shipped under each "
-        f"rewardGate, by the lag penalty the twin assumes ({TWIN_LAG_PENALTY:g}: its learning curve stretched "
+        f"rewardGate, by the lag penalty (the twin: {TWIN_LAG_PENALTY:g}: its learning curve stretched "
         f"{100 * TWIN_LAG_PENALTY:.0f}% per step of lag); screening {steps} steps, confirmation {confirm}, "
         f"warm-up {warmup}; {seeds} seeds\n"
     )
@@ -583,9 +586,9 @@ def main(argv=None) -> int:
     ap.add_argument("--budgets", default=",".join(f"{s}/{w}" for s, w in BUDGETS), help="stepsPerTrial/warmupSteps,...")
     ap.add_argument(
         "--shipped",
-        default="6/1/12",
-        help="stepsPerTrial/warmupSteps/confirmSteps of the shipped-gate tables (default: the CRD's stepsPerTrial "
-        "and warm-up, and the confirmSteps that nonInferiority needs at the twin's reward noise)",
+        default="{0.steps_per_trial}/{0.warmup_steps}/{0.confirm_steps}".format(Budget()),
+        help="stepsPerTrial/warmupSteps/confirmSteps of the shipped-gate tables (default: the CRD's defaults, "
+        "6/1/12; confirmSteps 12 is what nonInferiority needs at the twin's reward noise, the per-budget tables)",
     )
     ap.add_argument("--no-check", action="store_true", help="skip the check against simulate_trial")
     ap.add_argument(

@@ -15,6 +15,6 @@ the benchmarks, and a tuner that could read it would grade its own homework.
 from .core import simulate_step_breakdown, simulate_step_time, simulate_trial
 from .errors import Infeasible
 
-TWIN_VERSION = "0.3.7"
+TWIN_VERSION = "0.3.8"
 
 __all__ = ["simulate_trial", "simulate_step_time", "simulate_step_breakdown", "Infeasible", "TWIN_VERSION"]

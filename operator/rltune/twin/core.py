@@ -314,7 +314,7 @@ def _quality(p: Plan, step: int, lag: float, rng: Optional[np.random.Generator])
     if p.cfg.rollout.tp != p.cfg.trainer.tp:
         base *= 1.1
     mismatch = base + eff.mismatch_per_staleness * lag
-    tau = eff.reward_tau * (1.0 + 0.35 * lag + (0.1 if p.cfg.rollout.fp8 else 0.0))
+    tau = eff.reward_tau * (1.0 + eff.lag_penalty * lag + (eff.fp8_tau_stretch if p.cfg.rollout.fp8 else 0.0))
     reward = eff.reward_start + eff.reward_gain * (1.0 - math.exp(-(step + 1) / tau))
     reward -= 0.5 * max(0.0, mismatch - 0.05)
     if rng is not None:

@@ -88,6 +88,11 @@ class Efficiency:
     reward_start: float = 0.30
     reward_gain: float = 0.25
     reward_tau: float = 25.0  # steps of the learning curve
+    # stretch of reward_tau per step of policy lag: 0.08 measured on the reference GRPO loop at a time
+    # constant near reward_tau (bench/lag_penalty.py, lr 3e-4: 20.6 -> 22.2 steps; docs/tuner.md). It is
+    # a regime property: at a 10-step time constant the same loop measured 0.72. Was an unsourced 0.35.
+    lag_penalty: float = 0.08
+    fp8_tau_stretch: float = 0.1  # stretch of reward_tau with an fp8 rollout (no public source pins it)
     reward_noise: float = 0.01
     mismatch_bf16: float = 0.005
     mismatch_fp8: float = 0.035
