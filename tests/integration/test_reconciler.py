@@ -319,9 +319,10 @@ def test_restart_every_tick_never_duplicates_pods(bed, ns):
     if cond["reason"] == "Improved":  # the winner was re-run as a confirmation trial
         assert any(t["kind"] == "confirm" for t in st["trials"]) and st["best"]["confirmed"]
     assert st["baseline"]["stepSeconds"] > 0 and st["baseline"]["bottleneck"]
-    # the default reward gate screens only, and the condition says so through the real API server
+    # the default reward gate (nonInferiority) states its power through the real API server: a 3-step
+    # baseline with 1 warm-up step leaves 2 rewards, too few to estimate the reward noise
     power = conditions(st)["RewardGatePowered"]
-    assert (power["status"], power["reason"]) == ("False", "ScreeningOnly"), power
+    assert (power["status"], power["reason"]) == ("Unknown", "NoNoiseEstimate"), power
 
     creations = pod_creations(bed, ns)
     assert creations, "no pod creation in the audit log"

@@ -212,12 +212,13 @@ def test_waiting_for_kueue_admission_is_no_schedule_timeout():
 
 
 def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
-    """rewardGate nonInferiority: the baseline is profiled as long as the confirmation; a confirmation
+    """rewardGate nonInferiority (the default): the baseline is profiled as long as the confirmation; a confirmation
     whose reward is 8% lower (the screening trials were healthy) fails non-inferiority, the winner is
     not confirmed, nothing is banned for it, and the job ends without a winner rather than shipping
     the drop."""
     budget = {"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 8}
-    spec = job(budget=budget, constraints={"rewardGate": "nonInferiority"})
+    spec = job(budget=budget)  # rewardGate nonInferiority is the default
+    assert spec.constraints.reward_gate == "nonInferiority"
 
     def dropped(t, cfg):
         r = 0.5 * (0.92 if t.kind == "confirm" else 1.0)
@@ -240,10 +241,13 @@ def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
     assert cond.status == "True" and cond.reason == "Resolved", cond.message
 
 
-def test_the_default_screening_gate_keeps_the_baseline_short_and_says_what_it_holds():
-    """rewardGate screen (the default): the baseline runs stepsPerTrial steps and the condition says
-    the gate only screens, naming the confirmSteps non-inferiority would need."""
-    spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 8})
+def test_the_screening_gate_keeps_the_baseline_short_and_says_what_it_holds():
+    """rewardGate screen (opt-in): the baseline runs stepsPerTrial steps and the condition says the gate
+    only screens, naming the confirmSteps non-inferiority would need."""
+    spec = job(
+        budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 8},
+        constraints={"rewardGate": "screen"},
+    )
 
     def dropped(t, cfg):
         r = 0.5 * (0.92 if t.kind == "confirm" else 1.0)

@@ -706,11 +706,12 @@ class Constraints(CamelModel):
         0.05, gt=0, lt=1, description="Significance level of the one-sided reward test against the baseline."
     )
     reward_gate: Literal["screen", "nonInferiority"] = Field(
-        "screen",
-        description="screen: every trial, the confirmation included, is rejected only when its reward is shown "
-        "more than rewardTolerance below the baseline's. nonInferiority: the winner's confirmation must show its "
-        "drop within rewardTolerance (the baseline is then profiled for max(stepsPerTrial, confirmSteps) steps; "
-        "condition RewardGatePowered says whether confirmSteps resolve the tolerance).",
+        "nonInferiority",
+        description="nonInferiority (default): the winner's confirmation must show its reward drop within "
+        "rewardTolerance (the baseline is profiled for max(stepsPerTrial, confirmSteps) steps; condition "
+        "RewardGatePowered says whether confirmSteps resolve the tolerance). screen: every trial, the "
+        "confirmation included, is rejected only when its reward is shown more than rewardTolerance below the "
+        "baseline's (a shorter baseline; drops of about 2-3x the tolerance are caught).",
     )
 
 
@@ -720,7 +721,7 @@ class Budget(CamelModel):
     steps_per_trial: int = Field(6, ge=2, le=100, description="RL steps each trial runs, warm-up included.")
     warmup_steps: int = Field(1, ge=0, le=50, description="Leading steps excluded from scoring.")
     confirm_steps: int = Field(
-        10,
+        12,
         ge=0,
         le=200,
         description="Steps of the winner's confirmation run, warm-up included (0 = none). With "
