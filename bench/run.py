@@ -18,8 +18,10 @@ never chosen on; not part of `both`). For each job, side by side:
   are scored exactly like the operator scores them (rltune.tuner summarize + quality gates;
   rltune's losing trials stop early as the operator stops them). A method's result after k trials is
   the configuration it would deploy (the rivals: the best *measured* objective among its first k
-  gated trials; rltune: Tuner.best_estimate, as the operator), reported at its objective on the
-  yardstick: what a user would deploy and get.
+  gated trials; rltune: Tuner.best_estimate, as the operator) once it passed the winner's
+  confirmation run under the job's constraints.rewardGate (`deploy`: a pick that does not confirm
+  is rejected and the method picks again, as lifecycle.after_confirming), reported at its objective
+  on the yardstick: what a user would deploy and get. Trial GPU-hours include the confirmations.
 The tuner never sees the twin; only this harness does.
 """
 
@@ -28,12 +30,14 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import multiprocessing as mp
 import os
 import random
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -47,7 +51,8 @@ from bench.jobs import jobs as bench_jobs  # noqa: E402
 from rltune import twin  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
 from rltune.api.status import TrialState  # noqa: E402
-from rltune.tuner import Tuner, baseline_record, payback, summarize  # noqa: E402
+from rltune.tuner import Tuner, baseline_record, payback, records, summarize  # noqa: E402
+from rltune.tuner import gates as G  # noqa: E402
 from rltune.tuner.knobs import OUTER_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS  # noqa: E402
 from rltune.tuner.records import failure_cause, objective_of  # noqa: E402
 from rltune.tuner.search import Space, flat_key  # noqa: E402
@@ -62,6 +67,7 @@ STEPS, WARMUP = 4, 1
 # that tail by up to ~20% (bench.yardstick). The exhaustive search stays noiseless (an expectation
 # over every configuration is too dear); its SHORTLIST best are re-judged by the expectation.
 EXPECT_SAMPLES, EXPECT_SEED, SHORTLIST = 12, 4242, 24
+CONFIRM_SEED = 600_000  # the winner's confirmation draws (Runner.confirm_seed)
 
 
 # ------------------------------------------------------------------------------------ space
@@ -214,18 +220,61 @@ class Runner:
         self.truth: dict = {}
         self.configs: dict = {}
         self.known: dict = {}  # yardstick values a previous run of the same twin stored (bench_job's keep)
+        self.confirmed: dict = {}  # (configuration, seed) -> confirms (Runner.confirms)
+        self.quality: dict = {}  # configuration -> its confirmation's QualityTrials
+        self.base_summary = None
 
-    def steps(self, cfg: RLConfig, trial: str, seed: int):
-        """All steps of a noisy twin trial (warm-up first), or None and the twin's refusal."""
-        ts = trial_spec_for("bench", self.name, trial, self.spec, cfg, STEPS, WARMUP, seed=seed)
+    def steps(self, cfg: RLConfig, trial: str, seed: int, n: int = STEPS):
+        """All n steps of a noisy twin trial (warm-up first), or None and the twin's refusal."""
+        ts = trial_spec_for("bench", self.name, trial, self.spec, cfg, n, WARMUP, seed=seed)
         try:
             return twin.simulate_trial(ts), ""
         except twin.Infeasible as e:
             return None, str(e)
 
-    def run(self, cfg: RLConfig, trial: str, seed: int):
-        steps, err = self.steps(cfg, trial, seed)
+    def run(self, cfg: RLConfig, trial: str, seed: int, n: int = STEPS):
+        steps, err = self.steps(cfg, trial, seed, n)
         return (summarize(steps) if steps is not None else None), err
+
+    def confirm_seed(self, seed: int, attempt: int) -> int:
+        """The draw of a tuning run's attempt-th confirmation: the same for every method on a job and
+        seed (common random numbers), a fresh one for a retry (a rejected pick's bad luck is not its
+        successor's), and independent across jobs (their quality models are alike, so a shared draw
+        would fail every job's confirmation on the same seed at once)."""
+        job = int(hashlib.sha256(self.name.encode()).hexdigest()[:6], 16)
+        return CONFIRM_SEED + job * 1_000_000 + 1000 * seed + attempt
+
+    def confirms(self, base, cfg: RLConfig, seed: int) -> bool:
+        """Whether a pick passes the winner's confirmation as the lifecycle runs it (after_confirming):
+        budget.confirmSteps steps judged by the quality gates under the job's constraints.rewardGate
+        against the baseline's summary as the status keeps it, and better than the baseline on the
+        objective (judged on the yardstick: a confirmation's steps measure close to it). The rewards
+        come from the twin's quality path (bench.gates.QualityTrials: _quality over noiseless steps, the same
+        distribution as simulate_trial's), because a full simulate_trial of every pick would multiply
+        the benchmark's time. Memoised on (configuration, seed): every method that picks a
+        configuration on a seed meets the same draw (common random numbers)."""
+        from bench.gates import QualityTrials
+
+        b = self.spec.budget
+        if b.confirm_steps == 0:
+            return True
+        k = (flat_key(cfg.flat(), self.space.budget, self.space.gpn), seed)
+        if k not in self.confirmed:
+            t, tb = self.true(cfg), self.true(base.config)
+            if t is None or tb is None or t[0] >= tb[0]:
+                self.confirmed[k] = False
+            else:
+                if k[0] not in self.quality:
+                    self.quality[k[0]] = QualityTrials(self.spec, cfg, b.confirm_steps, b.warmup_steps)
+                if self.base_summary is None:  # round-tripped through the status, per-step rewards kept
+                    self.base_summary = records.unflatten_summary(
+                        records.flatten_summary(base.summary, keep_rewards=True)
+                    )
+                s = summarize(self.quality[k[0]].trial(seed))
+                ni = self.spec.constraints.reward_gate == "nonInferiority"
+                v = G.evaluate(s, self.base_summary, self.spec.constraints, confirmation=ni)
+                self.confirmed[k] = G.passed(v)
+        return self.confirmed[k]
 
     def true(self, cfg: RLConfig):
         """(objective, step seconds) of a configuration on the yardstick: the mean of the twin's
@@ -483,6 +532,53 @@ def rltune_pick(spec: RLTuningJobSpec, base, hist, k: int):
     return Tuner(spec, base, hist[:k]).best_estimate() or base
 
 
+@dataclass
+class Deployed:
+    """What a method ships after k trials: its first pick that passed the confirmation (or the
+    baseline), the confirmation runs it took and their GPU-hours."""
+
+    record: object
+    attempts: int  # confirmation runs (0: nothing beat the baseline)
+    confirm_gpu_h: float
+    first_failed: bool  # the method's first pick did not confirm
+
+
+def deploy(rn: Runner, method: str, base, hist: list, k: int, seed: int) -> Deployed:
+    """The lifecycle's end, for any method: its pick after k trials is re-run as the winner's
+    confirmation (Runner.confirms); a pick that does not confirm is rejected and the method picks again
+    from the same trials by its own rule (rltune: Tuner.best_estimate with the pick rejected, as
+    lifecycle.after_confirming; the rivals: their next best measured trial), until one confirms or
+    nothing left beats the baseline. The lifecycle may run further search trials after a rejection
+    when the tuner is not done; the benchmark does not, for every method alike."""
+    spec, b = rn.spec, rn.spec.budget
+    rejected: set = set()
+    attempts, gpu_h, first_failed = 0, 0.0, False
+    while True:
+        hk = [r.model_copy(update={"state": TrialState.REJECTED}) if r.id in rejected else r for r in hist[:k]]
+        pick = pick_of(spec, method, base, hk, k)
+        if pick is base or pick.id == base.id:
+            return Deployed(base, attempts, gpu_h, first_failed)
+        attempts += 1
+        t = rn.true(pick.config)
+        if t is not None:
+            gpu_h += b.confirm_steps * t[1] * (pick.config.gpus or rn.space.budget) / 3600
+        if rn.confirms(base, pick.config, rn.confirm_seed(seed, attempts)):
+            return Deployed(pick, attempts, gpu_h, first_failed)
+        first_failed = first_failed or attempts == 1
+        rejected.add(pick.id)
+
+
+def pick_of(spec: RLTuningJobSpec, method: str, base, hist: list, k: int):
+    """A method's pick after its first k trials, before confirmation: rltune's as the operator picks
+    (RLTUNE_PICK), the rivals' best measured trial; the baseline when the pick does not beat it."""
+    if method == "rltune" and RLTUNE_PICK == "estimate":
+        pick = rltune_pick(spec, base, hist, k)
+        if pick is not base and base.objective is not None and (pick.objective or math.inf) >= base.objective:
+            return base  # lifecycle: nothing beats the baseline, keep the current configuration
+        return pick
+    return pick_after(base, hist, k)
+
+
 # rltune's pick: "estimate" (Tuner.best_estimate, what the operator deploys) or "measured" (its best
 # measured trial, as the rivals pick). Environment RLTUNE_BENCH_PICK overrides it for an experiment.
 RLTUNE_PICK = os.environ.get("RLTUNE_BENCH_PICK", "estimate")
@@ -507,7 +603,7 @@ def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", objec
     and every seed starts from the same measured baseline, as a tuning run on a cluster would."""
     rn = Runner(name, spec)
     b0 = baseline_record(spec)
-    s, err = rn.run(b0.config, "baseline", 7)
+    s, err = rn.run(b0.config, "baseline", 7, max(STEPS, records.baseline_steps(spec)))
     if s is None:
         raise RuntimeError(f"{name}: baseline infeasible: {err}")
     return rn, Tuner(spec, b0, []).judge(b0, s)
@@ -554,11 +650,6 @@ def bench_job(
     }
     base_gpu_s = rn.true(base.config)[1] * (base.config.gpus or spec.resources.gpu_budget)
 
-    def pick_of(method: str, hist: list, k: int):
-        if method == "rltune" and RLTUNE_PICK == "estimate":
-            return rltune_pick(spec, base, hist, k)
-        return pick_after(base, hist, k)
-
     if keep is not None and abs(keep["baseline"] / base_true - 1) > 1e-9:
         raise ValueError(
             f"{name}: the previous result's baseline {keep['baseline']:.2f} s is not this run's "
@@ -579,6 +670,7 @@ def bench_job(
         gpuh = {k: [] for k in budgets}
         ferr, used, stops, costs = [], [], [], []
         picks = {k: [] for k in budgets}
+        first_failed = {k: 0 for k in budgets}
         for sd in range(seeds):
             if method == "rltune":
                 out = run_rltune(rn, base, kmax, sd)
@@ -589,14 +681,18 @@ def bench_job(
                 out = run_baseline_search(rn, base, kmax, sd, method, judge_tuner)
             hist = out["history"]
             used.append(len(hist))
-            chosen = {k: pick_of(method, hist, k) for k in set(budgets) | {len(hist)}}
+            chosen = {k: deploy(rn, method, base, hist, k, sd) for k in set(budgets) | {len(hist)}}
             for k in budgets:
-                v, g, _ = best_after(rn, base, hist, k, chosen[k])
+                v, g, _ = best_after(rn, base, hist, k, chosen[k].record)
                 per_k[k].append(base_true / v)
-                gpuh[k].append(g)
-                picks[k].append(chosen[k].config.dump())
-            _, g, pick_gpu_s = best_after(rn, base, hist, len(hist), chosen[len(hist)])
-            costs.append(tuning_cost(g, base_gpu_s, pick_gpu_s))
+                gpuh[k].append(g + chosen[k].confirm_gpu_h)
+                picks[k].append(chosen[k].record.config.dump())
+                first_failed[k] += chosen[k].first_failed
+            last = chosen[len(hist)]
+            _, g, pick_gpu_s = best_after(rn, base, hist, len(hist), last.record)
+            costs.append(
+                tuning_cost(g + last.confirm_gpu_h, base_gpu_s, pick_gpu_s) | {"confirm_gpu_h": last.confirm_gpu_h}
+            )
         res["methods"][method] = {
             "speedup": {k: statistics.median(v) for k, v in per_k.items()},
             "speedup_mean": {k: statistics.fmean(v) for k, v in per_k.items()},
@@ -607,7 +703,8 @@ def bench_job(
             "forecast_errors": ferr,  # per seed: the headline's sampling spread comes from these
             "stops": stops,
             "cost": _median_cost(costs),
-            "picks": picks,  # per k, per seed: the configuration judged (rescoring needs no rerun)
+            "picks": picks,  # per k, per seed: the confirmed configuration judged (rescoring needs no rerun)
+            "first_pick_failed": first_failed,  # per k: seeds whose first pick did not confirm
         }
         m = res["methods"][method]
         log(
@@ -633,8 +730,8 @@ def bench_job(
 def _median_cost(costs: list[dict]) -> dict:
     """Median over seeds of each tuning-cost figure (a seed that saved nothing has no share)."""
     out = {}
-    for key in ("trial_gpu_h", "saved_gpu_h", "share", "payback_steps"):
-        vals = [c[key] for c in costs if c[key] is not None]
+    for key in ("trial_gpu_h", "confirm_gpu_h", "saved_gpu_h", "share", "payback_steps"):
+        vals = [c[key] for c in costs if c.get(key) is not None]
         out[key] = statistics.median(vals) if vals else None
     return out
 
@@ -724,8 +821,9 @@ def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> l
         lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
-        "| job | rltune trials | trial GPU-h | GPU-h saved over 500 steps | cost / saved | payback step |",
-        "|---|---|---|---|---|---|",
+        "| job | rltune trials | trial GPU-h (confirmation) | GPU-h saved over 500 steps | cost / saved | payback step "
+        f"| first pick not confirmed @{k8} |",
+        "|---|---|---|---|---|---|---|",
     ]
     shares, paybacks = [], []
     for r in results:
@@ -734,11 +832,13 @@ def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> l
             shares.append(c["share"])
         if c.get("payback_steps") is not None:
             paybacks.append(c["payback_steps"])
+        ff = r["methods"]["rltune"].get("first_pick_failed", {}).get(k8)
         lines.append(
             f"| {r['job'].replace('bench-', '')} | {r['methods']['rltune']['trials_used']:g} | "
-            f"{c.get('trial_gpu_h') or 0:.0f} | {c.get('saved_gpu_h') or 0:.0f} | {_pct(c.get('share'))} | "
+            f"{c.get('trial_gpu_h') or 0:.0f} ({c.get('confirm_gpu_h') or 0:.0f}) | {c.get('saved_gpu_h') or 0:.0f} | "
+            f"{_pct(c.get('share'))} | "
             + (f"{c['payback_steps']:.0f}" if c.get("payback_steps") is not None else "-")
-            + " |"
+            + (f" | {ff}/{seeds} |" if ff is not None else " | - |")
         )
     per_seed = [r["methods"]["rltune"].get("forecast_errors") for r in results]
     ferr_ci = ""
@@ -767,7 +867,9 @@ def write_markdown(
     lines = render(results, budgets, seeds, title or "The eight seed-shaped jobs")
     lines.append(
         f"Speed-ups are medians over {seeds} seeds unless marked mean; each is the objective of the configuration "
-        f"the method would deploy after k trials, relative to the baseline's, both judged by the mean of "
+        f"the method would deploy after k trials (its best pick that passed the winner's confirmation under the "
+        f"job's rewardGate; trial GPU-hours include the confirmations), relative to the baseline's, both judged by "
+        f"the mean of "
         f"{EXPECT_SAMPLES} noisy twin steps (common random numbers). The oracle is the best on that yardstick over "
         f"the exhaustive noiseless search's {SHORTLIST} best and every method's pick."
     )

@@ -8,6 +8,7 @@ from bench.jobs import FRESH_PREFIX, fresh_jobs, generated_jobs, jobs
 from bench.run import (
     RIVALS,
     best_after,
+    deploy,
     fits_memory,
     judge_or_stop,
     measured_baseline,
@@ -18,7 +19,7 @@ from bench.run import (
 
 from rltune.api.models import RLTuningJobSpec
 from rltune.api.status import TrialState
-from rltune.tuner import Tuner, summarize
+from rltune.tuner import Tuner, records, summarize
 from rltune.tuner.search import flat_key
 
 pytest.importorskip("optuna")
@@ -121,3 +122,49 @@ def test_the_fresh_draw_is_fixed_and_shares_no_job_with_the_generated_set():
     assert not any(json.dumps(j["spec"], sort_keys=True) in specs for j in fresh)
     for j in fresh:
         RLTuningJobSpec.model_validate(j["spec"])
+
+
+def test_the_baseline_is_profiled_as_long_as_the_confirmation(bench_job):
+    """rewardGate nonInferiority (the default): the benchmark's baseline runs records.baseline_steps."""
+    rn, base = bench_job
+    assert rn.spec.constraints.reward_gate == "nonInferiority"
+    assert base.summary.total_steps == records.baseline_steps(rn.spec) == rn.spec.budget.confirm_steps
+
+
+def _async_pick(rn, base):
+    """rltune plan's best one-step-off configuration for the job (the async lever a confirmation judges)."""
+    plan = [p.config for p in Tuner(rn.spec, base, []).rank(limit=12)]
+    return next(c for c in plan if c.async_.staleness >= 1)
+
+
+def test_a_pick_confirms_as_fast_as_one_step_off_learns(bench_job):
+    """The confirmation draws the pick's rewards from the twin: with the twin's lag penalty a one-step-off
+    pick confirms on most seeds; on a cluster where one step of lag slows learning 2x it rarely does.
+    The baseline itself never confirms (not better than the baseline)."""
+    rn, base = bench_job
+    cfg = _async_pick(rn, base)
+    healthy = sum(rn.confirms(base, cfg, rn.confirm_seed(sd, 1)) for sd in range(20))
+    assert healthy >= 14, healthy
+    assert not rn.confirms(base, base.config, rn.confirm_seed(0, 1))
+    slow_spec = rn.spec.model_copy(deep=True)
+    slow_spec.workload.scenario = dict(slow_spec.workload.scenario or {}, lag_penalty=1.0)
+    rn2, base2 = measured_baseline(rn.name, slow_spec)
+    slow = sum(rn2.confirms(base2, cfg, rn2.confirm_seed(sd, 1)) for sd in range(20))
+    assert slow <= 6 and slow < healthy, (slow, healthy)
+
+
+def test_a_pick_that_does_not_confirm_gives_way_to_the_next_best(bench_job):
+    """deploy rejects a pick that fails its confirmation and takes the method's next best, charging every
+    confirmation run. The first pick's verdict is set in the runner's memo (a failed confirmation of a
+    given configuration cannot be chosen otherwise); the second is drawn."""
+    rn, base = bench_job
+    hist = run_baseline_search(rn, base, 6, 3, "tpe-warm", Tuner(rn.spec, base, []))["history"]
+    first = deploy(rn, "tpe-warm", base, hist, 6, 0)
+    assert first.record is not base and first.attempts >= 1
+    key = (flat_key(first.record.config.flat(), rn.space.budget, rn.space.gpn), rn.confirm_seed(1, 1))
+    rn.confirmed[key] = False
+    second = deploy(rn, "tpe-warm", base, hist, 6, 1)
+    assert second.first_failed and second.attempts >= 2
+    assert second.record is base or second.record.id != first.record.id
+    one = rn.spec.budget.confirm_steps * rn.true(first.record.config)[1] * first.record.gpus / 3600
+    assert second.confirm_gpu_h > one
