@@ -414,7 +414,7 @@ def print_grey_zone(rows: list[dict], shipped: tuple[int, int, int], seeds: int)
     steps, warmup, confirm = shipped
     print(
         f"\n## The grey zone: each job's oracle (healthy, {rows[0]['lag']:g} step of lag) shipped under each "
-        f"rewardGate, by the lag penalty (the twin: {TWIN_LAG_PENALTY:g}: its learning curve stretched "
+        f"rewardGate, by the lag penalty (the twin's is {TWIN_LAG_PENALTY:g}: its learning curve stretched "
         f"{100 * TWIN_LAG_PENALTY:.0f}% per step of lag); screening {steps} steps, confirmation {confirm}, "
         f"warm-up {warmup}; {seeds} seeds\n"
     )
