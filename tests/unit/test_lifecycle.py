@@ -314,3 +314,23 @@ def test_a_winner_on_fewer_gpus_confirms_on_the_jobs_objective():
     assert status.best.confirmed and status.best.gpus < 32, status.best
     assert status.best.step_seconds > status.baseline.step_seconds  # slower per step, and still the winner
     assert not any(e.reason == "ConfirmationFailed" for e in events)
+
+
+def test_the_baseline_is_never_confirmed_as_its_own_winner():
+    """Every search trial rejected leaves the baseline the best estimate, and the status stores its
+    summary rounded (6 decimals) a hair below the objective measured: the job keeps the current
+    configuration instead of confirming the baseline against itself (which re-ran the baseline and
+    rejected it, seen on the bed under the non-inferiority default)."""
+    spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4, "confirmSteps": 6})
+
+    def all_rejected(t, cfg):
+        mismatch = 0.01 if t.kind == "baseline" else 0.2  # every search trial fails the mismatch gate
+        obs = steps(truth(cfg), n=t.steps, noise=0.0, duration=300.0000004, mismatch=mismatch, seed=len(t.id))
+        return L.Observation(placed=True, done=True, steps=obs)
+
+    status, events = drive(spec, all_rejected)
+    assert status.phase == Phase.SUCCEEDED and status.best is None and status.speedup == "1.00x", status.message
+    assert not [t for t in status.trials if t.kind == "confirm"], [(t.id, t.of) for t in status.trials]
+    base = [t for t in status.trials if t.kind == "baseline"]
+    assert len(base) == 1 and base[0].state == TrialState.SUCCEEDED
+    assert [t.state for t in status.trials if t.kind == "search"] == [TrialState.REJECTED] * 2

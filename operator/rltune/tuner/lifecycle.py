@@ -696,8 +696,12 @@ class _Lifecycle:
                 f"{est[fastest.id] / est[best.id] - 1:.1%} slower (one trial measures to "
                 f"+-{tuner.measurement_sd():.1%} here)",
             )
-        base_obj = [t.objective for t in st.trials if t.kind == "baseline"][-1]
-        if best is None or best.objective is None or base_obj is None or best.objective >= base_obj:
+        base = [t for t in st.trials if t.kind == "baseline"][-1]
+        base_obj = base.objective
+        # the baseline itself is never a winner to confirm: the Tuner rebuilds it from the stored summary,
+        # rounded a hair away from the objective measured, so comparing objectives alone is not enough
+        beats = best is not None and best.id != base.id and best.objective is not None and base_obj is not None
+        if not beats or best.objective >= base_obj:
             msg = f"nothing beats the baseline ({why}); keep the current configuration"
             st.best, st.speedup = None, "1.00x"
             self.record_tuning_cost()
