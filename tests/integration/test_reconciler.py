@@ -673,6 +673,9 @@ def test_a_cheaper_pool_is_measured_on_its_own_nodes(bed, ns, h200_pool):
     winner is confirmed first (the search's stop reason is a SearchEnded event), and
     status.tuningCost counts the pool trial at its price, its own GPU-hours reported apart."""
     doc = job_doc(bed, maxTrials=2, parallelTrials=1, confirmSteps=2)
+    # a 2-step confirmation (1 scored step) cannot show non-inferiority: this test is about pools, so
+    # its winner is confirmed by screening
+    doc["spec"].setdefault("constraints", {})["rewardGate"] = "screen"
     res = doc["spec"]["resources"]
     res["pricePerGpuHour"] = 6.0
     res["pools"] = [
