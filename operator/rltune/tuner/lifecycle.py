@@ -559,7 +559,7 @@ class _Lifecycle:
             self.finish(t, TrialState.STOPPED, f"job {self.status.phase.lower()}")
 
     def after_profiling(self) -> None:
-        base = [t for t in self.status.trials if t.kind == "baseline"][-1]  # the last: a preempted one's retry
+        base = R.baseline_trial(self.status.trials)
         if base.state.is_active:
             return
         bs = self.status.baseline or BaselineStatus()
@@ -696,7 +696,7 @@ class _Lifecycle:
                 f"{est[fastest.id] / est[best.id] - 1:.1%} slower (one trial measures to "
                 f"+-{tuner.measurement_sd():.1%} here)",
             )
-        base = [t for t in st.trials if t.kind == "baseline"][-1]
+        base = R.baseline_trial(st.trials)
         base_obj = base.objective
         # the baseline itself is never a winner to confirm: the Tuner rebuilds it from the stored summary,
         # rounded a hair away from the objective measured, so comparing objectives alone is not enough
@@ -903,7 +903,7 @@ class _Lifecycle:
         orig = next(t for t in self.status.trials if t.id == c.of)
         # judged on the job's objective, as the search was: with gpuSecondsPerStep or costPerStep a winner
         # on fewer GPUs may be slower per step and still better
-        base_obj = [t.objective for t in self.status.trials if t.kind == "baseline"][-1]
+        base_obj = R.baseline_trial(self.status.trials).objective
         if c.state == TrialState.SUCCEEDED and c.objective and base_obj and c.objective < base_obj:
             self.set_best(c, confirmed=True, of=orig)
             self.succeed(f"confirmed over {c.steps} steps")

@@ -161,11 +161,16 @@ def apply_judgement(t: TrialStatus, record, keep_rewards: bool = False) -> None:
         t.measured_seconds = round(record.summary.step_time, 4) if record.summary.steps else None
 
 
+def baseline_trial(trials: list[TrialStatus]) -> TrialStatus:
+    """The job's baseline trial: the last one recorded (a preempted baseline's retry comes after it)."""
+    return [t for t in trials if t.kind == "baseline"][-1]
+
+
 def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
     """A Tuner rebuilt from the status: the baseline (judged from its stored summary) + search trials."""
     from .. import tuner as T
 
-    base = [t for t in trials if t.kind == "baseline"][-1]  # the last: a preempted baseline's retry
+    base = baseline_trial(trials)
     summary = unflatten_summary(base.summary) if base.state == TrialState.SUCCEEDED else None
     baseline = T.baseline_record(spec, summary, id=base.id)
     if summary is None and not base.state.is_active:
