@@ -104,6 +104,12 @@ FORMER_LAG_PENALTY = 0.35
 PENALTIES = tuple(sorted({0.0, TWIN_LAG_PENALTY, 0.2, FORMER_LAG_PENALTY}))
 
 
+def stored_summary(summary):
+    """A baseline's summary as the resource status keeps it and the tuner reads it back (rounded,
+    per-step rewards kept): what every confirmation is judged against."""
+    return records.unflatten_summary(records.flatten_summary(summary, keep_rewards=True))
+
+
 # ------------------------------------------------------------------------------ the previous gate
 
 
@@ -271,8 +277,7 @@ def run_job(job: dict, job_index: int, budgets, seeds: int, check: bool) -> dict
         cells: dict[str, dict] = {}
         for s in range(seeds):
             seed_b = job_index * 1_000_000 + bi * 100_000 + s
-            base = summarize(qt.trial(seed_b))
-            base = records.unflatten_summary(records.flatten_summary(base, keep_rewards=True))
+            base = stored_summary(summarize(qt.trial(seed_b)))
             cand = qt.trial(seed_b + 50_000)
             for reg, size, recs in injections(qt, cand, seed_b, spec):
                 verdicts = judge(summarize(recs), base, spec)
@@ -319,8 +324,7 @@ def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds:
         cells: dict[str, dict] = {}
         for s in range(seeds):
             seed_b = job_index * 1_000_000 + 900_000 + s
-            base = summarize(qb.trial(seed_b))
-            base = records.unflatten_summary(records.flatten_summary(base, keep_rewards=True))
+            base = stored_summary(summarize(qb.trial(seed_b)))
             screen = injections(qs, qs.trial(seed_b + 50_000), seed_b, spec, qb.mu_reward)
             conf = injections(qc, qc.trial(seed_b + 60_000), seed_b + 1, spec, qb.mu_reward)
             for (reg, size, rs), (_, _, rc) in zip(screen, conf, strict=True):
@@ -384,13 +388,7 @@ def run_grey_zone(
     qbs = {n: QualityTrials(spec, base_cfg, n, warmup) for n in set(profile_steps.values())}
     seed_of = [job_index * 1_000_000 + 700_000 + sd for sd in range(seeds)]
     # the baselines do not depend on the penalty: summarised once per seed and profile length
-    bases = {
-        n: [
-            records.unflatten_summary(records.flatten_summary(summarize(qb.trial(sb)), keep_rewards=True))
-            for sb in seed_of
-        ]
-        for n, qb in qbs.items()
-    }
+    bases = {n: [stored_summary(summarize(qb.trial(sb))) for sb in seed_of] for n, qb in qbs.items()}
     mu_b = qbs[profile_steps["nonInferiority"]].mu_reward
     out = {"job": job["metadata"]["name"], "lag": max(t.staleness for t in qc.template), "penalties": {}}
     out |= {k: judged[k] for k in ("oracle_speedup", "best_sync_speedup")}

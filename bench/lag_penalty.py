@@ -8,14 +8,15 @@ the same seeds, and the twin's learning-curve model fitted to both.
 
 Why (issue 17; docs/tuner.md 'The reward gate on the winner'): whether `rewardGate nonInferiority`
 can be the default turns on how much slower a one-step-off run learns per step than a synchronous
-one. The twin assumes its learning curve's time constant stretches 35% per step of lag
-(twin/core.py::_quality; bench.gates.TWIN_LAG_PENALTY) and no public source pins the number. This
-measures it where a real loop is at hand. Each run is `python -m rltune.grpo --spec SPEC --steps N
---staleness S --seed K` in its own process (real mode: hack/install-torch-vllm.sh), its per-step
-rewards saved as JSON lines in --dir. The fit: reward(t) = a + g (1 - exp(-(t + 1) / tau)), least
-squares in a and g on a grid of tau, on the mean curve over seeds of each staleness; the lag penalty
-is tau(lag 1) / tau(lag 0) - 1 (the twin's 0.35), and the reward drop over a 12-step confirmation's
-scored steps (steps 1-11) is what `nonInferiority` judges. Intervals: 90% bootstrap over seeds
+one. No public source pins how far the learning curve's time constant stretches per step of lag;
+the twin assumed 35% until 0.3.8 and now takes this benchmark's measurement (Efficiency.lag_penalty,
+twin/core.py::_quality). This measures it where a real loop is at hand. Each run is
+`python -m rltune.grpo --spec SPEC --steps N --staleness S --seed K` in its own process (real mode:
+hack/install-torch-vllm.sh), its per-step rewards saved as JSON lines in --dir. The fit: reward(t)
+= a + g (1 - exp(-(t + 1) / tau)), least squares in a and g on a grid of tau, on the mean curve over
+seeds of each staleness; the lag penalty is tau(lag 1) / tau(lag 0) - 1 (Efficiency.lag_penalty in
+the twin), and the reward drop over a 12-step confirmation's scored steps (steps 1-11) is what
+`nonInferiority` judges. Intervals: 90% bootstrap over seeds
 (pairs kept together). The learning rate (environment RLTUNE_GRPO_LR, the loop's 1e-3 by default)
 sets how far the policy moves per step, and with it how much a step of lag costs: the sweep over it
 is the regime check. A toy task on a tiny model: evidence for the mechanism and its regime, not an
@@ -36,6 +37,10 @@ from typing import Optional
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "operator"))
+
+from rltune.twin.efficiency import Efficiency  # noqa: E402
+
 CONFIRM_WINDOW = slice(1, 12)  # a 12-step confirmation's scored steps (warm-up step 0 left out)
 TAU_GRID = np.linspace(0.5, 200.0, 4000)
 
@@ -123,9 +128,10 @@ def report(r: LagPenalty, sync: np.ndarray, lag1: np.ndarray) -> None:
     print(f"mean reward by step, lag 1: {np.round(lag1.mean(0), 3).tolist()}")
     print(
         f"{r.seeds} seeds x {r.steps} steps: tau {r.tau_sync:.1f} steps on-policy, {r.tau_lag1:.1f} one step off; "
-        f"lag penalty {r.penalty:+.2f} (90%: {r.penalty_90[0]:+.2f} to {r.penalty_90[1]:+.2f}; the twin assumes "
-        f"+0.35); reward drop over a 12-step confirmation {r.window_drop:+.1%} (90%: {r.window_drop_90[0]:+.1%} to "
-        f"{r.window_drop_90[1]:+.1%}); per seed {', '.join(f'{x:+.1%}' for x in r.per_seed_window_drop)}"
+        f"lag penalty {r.penalty:+.2f} (90%: {r.penalty_90[0]:+.2f} to {r.penalty_90[1]:+.2f}; the twin uses "
+        f"{Efficiency.lag_penalty:+.2f}); reward drop over a 12-step confirmation {r.window_drop:+.1%} "
+        f"(90%: {r.window_drop_90[0]:+.1%} to {r.window_drop_90[1]:+.1%}); "
+        f"per seed {', '.join(f'{x:+.1%}' for x in r.per_seed_window_drop)}"
     )
 
 

@@ -222,7 +222,7 @@ class Runner:
         self.known: dict = {}  # yardstick values a previous run of the same twin stored (bench_job's keep)
         self.confirmed: dict = {}  # (configuration, seed) -> confirms (Runner.confirms)
         self.quality: dict = {}  # configuration -> its confirmation's QualityTrials
-        self.base_summary = None
+        self.base = None  # the measured, judged baseline (measured_baseline sets it)
 
     def steps(self, cfg: RLConfig, trial: str, seed: int, n: int = STEPS):
         """All n steps of a noisy twin trial (warm-up first), or None and the twin's refusal."""
@@ -244,7 +244,7 @@ class Runner:
         job = int(hashlib.sha256(self.name.encode()).hexdigest()[:6], 16)
         return CONFIRM_SEED + job * 1_000_000 + 1000 * seed + attempt
 
-    def confirms(self, base, cfg: RLConfig, seed: int) -> bool:
+    def confirms(self, cfg: RLConfig, seed: int) -> bool:
         """Whether a pick passes the winner's confirmation as the lifecycle runs it (after_confirming):
         budget.confirmSteps steps judged by the quality gates under the job's constraints.rewardGate
         against the baseline's summary as the status keeps it, and better than the baseline on the
@@ -253,26 +253,22 @@ class Runner:
         distribution as simulate_trial's), because a full simulate_trial of every pick would multiply
         the benchmark's time. Memoised on (configuration, seed): every method that picks a
         configuration on a seed meets the same draw (common random numbers)."""
-        from bench.gates import QualityTrials
+        from bench.gates import QualityTrials, stored_summary
 
         b = self.spec.budget
         if b.confirm_steps == 0:
             return True
         k = (flat_key(cfg.flat(), self.space.budget, self.space.gpn), seed)
         if k not in self.confirmed:
-            t, tb = self.true(cfg), self.true(base.config)
+            t, tb = self.true(cfg), self.true(self.base.config)
             if t is None or tb is None or t[0] >= tb[0]:
                 self.confirmed[k] = False
             else:
                 if k[0] not in self.quality:
                     self.quality[k[0]] = QualityTrials(self.spec, cfg, b.confirm_steps, b.warmup_steps)
-                if self.base_summary is None:  # round-tripped through the status, per-step rewards kept
-                    self.base_summary = records.unflatten_summary(
-                        records.flatten_summary(base.summary, keep_rewards=True)
-                    )
                 s = summarize(self.quality[k[0]].trial(seed))
                 ni = self.spec.constraints.reward_gate == "nonInferiority"
-                v = G.evaluate(s, self.base_summary, self.spec.constraints, confirmation=ni)
+                v = G.evaluate(s, stored_summary(self.base.summary), self.spec.constraints, confirmation=ni)
                 self.confirmed[k] = G.passed(v)
         return self.confirmed[k]
 
@@ -523,8 +519,14 @@ def pick_after(base, hist, k: int):
     ok = [r for r in hist[:k] if r.state == TrialState.SUCCEEDED and r.objective is not None]
     if not ok:
         return base
-    pick = min(ok, key=lambda r: r.objective)
-    return base if base.objective is not None and pick.objective >= base.objective else pick
+    return or_baseline(base, min(ok, key=lambda r: r.objective))
+
+
+def or_baseline(base, pick):
+    """The pick, or the baseline when the pick does not beat the baseline's measured objective (the
+    lifecycle's 'nothing beats the baseline; keep the current configuration')."""
+    obj = pick.objective if pick.objective is not None else math.inf
+    return base if base.objective is not None and obj >= base.objective else pick
 
 
 def rltune_pick(spec: RLTuningJobSpec, base, hist, k: int):
@@ -562,7 +564,7 @@ def deploy(rn: Runner, method: str, base, hist: list, k: int, seed: int) -> Depl
         t = rn.true(pick.config)
         if t is not None:
             gpu_h += b.confirm_steps * t[1] * (pick.config.gpus or rn.space.budget) / 3600
-        if rn.confirms(base, pick.config, rn.confirm_seed(seed, attempts)):
+        if rn.confirms(pick.config, rn.confirm_seed(seed, attempts)):
             return Deployed(pick, attempts, gpu_h, first_failed)
         first_failed = first_failed or attempts == 1
         rejected.add(pick.id)
@@ -572,10 +574,7 @@ def pick_of(spec: RLTuningJobSpec, method: str, base, hist: list, k: int):
     """A method's pick after its first k trials, before confirmation: rltune's as the operator picks
     (RLTUNE_PICK), the rivals' best measured trial; the baseline when the pick does not beat it."""
     if method == "rltune" and RLTUNE_PICK == "estimate":
-        pick = rltune_pick(spec, base, hist, k)
-        if pick is not base and base.objective is not None and (pick.objective or math.inf) >= base.objective:
-            return base  # lifecycle: nothing beats the baseline, keep the current configuration
-        return pick
+        return or_baseline(base, rltune_pick(spec, base, hist, k))
     return pick_after(base, hist, k)
 
 
@@ -606,7 +605,8 @@ def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", objec
     s, err = rn.run(b0.config, "baseline", 7, max(STEPS, records.baseline_steps(spec)))
     if s is None:
         raise RuntimeError(f"{name}: baseline infeasible: {err}")
-    return rn, Tuner(spec, b0, []).judge(b0, s)
+    rn.base = Tuner(spec, b0, []).judge(b0, s)
+    return rn, rn.base
 
 
 def bench_job(

@@ -143,13 +143,13 @@ def test_a_pick_confirms_as_fast_as_one_step_off_learns(bench_job):
     The baseline itself never confirms (not better than the baseline)."""
     rn, base = bench_job
     cfg = _async_pick(rn, base)
-    healthy = sum(rn.confirms(base, cfg, rn.confirm_seed(sd, 1)) for sd in range(20))
+    healthy = sum(rn.confirms(cfg, rn.confirm_seed(sd, 1)) for sd in range(20))
     assert healthy >= 14, healthy
-    assert not rn.confirms(base, base.config, rn.confirm_seed(0, 1))
+    assert not rn.confirms(base.config, rn.confirm_seed(0, 1))
     slow_spec = rn.spec.model_copy(deep=True)
     slow_spec.workload.scenario = dict(slow_spec.workload.scenario or {}, lag_penalty=1.0)
-    rn2, base2 = measured_baseline(rn.name, slow_spec)
-    slow = sum(rn2.confirms(base2, cfg, rn2.confirm_seed(sd, 1)) for sd in range(20))
+    rn2, _ = measured_baseline(rn.name, slow_spec)
+    slow = sum(rn2.confirms(cfg, rn2.confirm_seed(sd, 1)) for sd in range(20))
     assert slow <= 6 and slow < healthy, (slow, healthy)
 
 
