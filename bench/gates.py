@@ -41,8 +41,10 @@ noiseless records equal simulate_trial(noise=False) exactly.
 After the per-budget tables, `--shipped S/W/C` (default: the CRD's 6/1/12) runs the gate as the lifecycle does:
 a screening trial of S steps, then the winner's confirmation of C steps, under each
 constraints.rewardGate (screen: the confirmation screened again against a baseline of S steps;
-nonInferiority: judged by non-inferiority against a baseline of max(S, C) steps), with every
-regression injected into both runs of the candidate (`run_shipped`).
+nonInferiority: judged by non-inferiority against a baseline of max(S, C) steps, at the looks of
+gates.confirmation_looks: half-way at alpha/2, where a winner may confirm early, and at C steps at
+alpha/2), with every regression injected into both runs of the candidate (`run_shipped`); the table
+also says how many steps a healthy winner's confirmation ran on average.
 
 Last, the grey zone (`run_grey_zone`): each seed-shaped job's oracle from `--results` (a healthy
 one-step-off configuration, no injected regression) screened and confirmed the same way under each
@@ -73,7 +75,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
 from bench.jobs import jobs as bench_jobs  # noqa: E402
-from bench.run import job_plan  # noqa: E402
+from bench.run import Confirmation, job_plan  # noqa: E402
 from rltune import twin  # noqa: E402
 from rltune.api.metrics import StepRecord  # noqa: E402
 from rltune.api.models import Budget, RLTuningJobSpec, trial_spec_for  # noqa: E402
@@ -108,6 +110,19 @@ def stored_summary(summary):
     """A baseline's summary as the resource status keeps it and the tuner reads it back (rounded,
     per-step rewards kept): what every confirmation is judged against."""
     return records.unflatten_summary(records.flatten_summary(summary, keep_rewards=True))
+
+
+def confirmation_run(recs: list[StepRecord], base, spec: RLTuningJobSpec) -> Confirmation:
+    """A winner's confirmation as the lifecycle judges it: at each of gates.confirmation_looks the
+    steps so far go through gates.evaluate (non-inferiority under rewardGate nonInferiority, at the
+    look's level); the first look that passes confirms it after that look's steps, none rejects it
+    after the full run."""
+    b, c = spec.budget, spec.constraints
+    ni = c.reward_gate == "nonInferiority"
+    for look in G.confirmation_looks(b, c):
+        if G.passed(G.evaluate(summarize(recs[: look.steps]), base, c, confirmation=ni, alpha=look.alpha)):
+            return Confirmation(True, look.steps)
+    return Confirmation(False, len(recs))
 
 
 # ------------------------------------------------------------------------------ the previous gate
@@ -319,7 +334,6 @@ def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds:
     for mode in ("screen", "nonInferiority"):
         spec.constraints.reward_gate = mode
         nb = records.baseline_steps(spec)
-        ni = mode == "nonInferiority"
         qb = qs if nb == steps else qc if nb == confirm else QualityTrials(spec, cfg, nb, warmup)
         cells: dict[str, dict] = {}
         for s in range(seeds):
@@ -331,10 +345,12 @@ def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds:
                 cell = cells.setdefault(f"{reg}|{size:g}", {"regression": reg, "size": size, "n": 0})
                 cell["n"] += 1
                 s_ok = G.passed(G.evaluate(summarize(rs), base, c))
-                c_ok = s_ok and G.passed(G.evaluate(summarize(rc), base, c, confirmation=ni))
+                run = confirmation_run(rc, base, spec) if s_ok else None
+                c_ok = run is not None and run.passed
                 cell["screen"] = cell.get("screen", 0) + (not s_ok)
                 cell["confirm"] = cell.get("confirm", 0) + (s_ok and not c_ok)
                 cell["blocked"] = cell.get("blocked", 0) + (not c_ok)
+                cell["confirm_steps"] = cell.get("confirm_steps", 0) + (run.steps if run else 0)
         out[mode] = {"baseline_steps": nb, "cells": cells}
     return {"job": job["metadata"]["name"], "modes": out}
 
@@ -367,7 +383,7 @@ def run_grey_zone(
     """How often the job's oracle (a healthy configuration the twin slows by its lag, never an
     injected regression) is shipped under each constraints.rewardGate, at each lag penalty in
     PENALTIES: a screening trial of stepsPerTrial steps, then a confirmation of confirmSteps steps,
-    judged as run_shipped judges them; and its true reward drop over the confirmation's scored
+    judged as run_shipped judges them (confirmation_run); and its true reward drop over the confirmation's scored
     steps against the baseline (noiseless, relative to the baseline's mean reward)."""
     steps, warmup, confirm = shipped
     spec = RLTuningJobSpec.model_validate(job["spec"])
@@ -396,14 +412,12 @@ def run_grey_zone(
         conf = [r.reward for r in qc.trial(None, pen) if not r.warmup]
         cell = {"true_drop": 1.0 - (sum(conf) / len(conf)) / mu_b, "n": 0} | dict.fromkeys(modes, 0)
         for i, seed_b in enumerate(seed_of):
-            cand_s, cand_c = summarize(qs.trial(seed_b + 50_000, pen)), summarize(qc.trial(seed_b + 60_000, pen))
+            cand_s, cand_c = summarize(qs.trial(seed_b + 50_000, pen)), qc.trial(seed_b + 60_000, pen)
             cell["n"] += 1
             for mode in modes:
                 base = bases[profile_steps[mode]][i]
-                ok = G.passed(G.evaluate(cand_s, base, c)) and G.passed(
-                    G.evaluate(cand_c, base, c, confirmation=mode == "nonInferiority")
-                )
-                cell[mode] += ok
+                spec.constraints.reward_gate = mode
+                cell[mode] += G.passed(G.evaluate(cand_s, base, c)) and confirmation_run(cand_c, base, spec).passed
         out["penalties"][f"{pen:g}"] = cell
     return out
 
@@ -446,12 +460,15 @@ def aggregate_shipped(per_job: list[dict]) -> dict:
         for pj in per_job:
             for k, c in pj["modes"][mode]["cells"].items():
                 a = cells.setdefault(k, {"regression": c["regression"], "size": c["size"], "n": 0})
-                for f in ("n", "screen", "confirm", "blocked"):
+                for f in ("n", "screen", "confirm", "blocked", "confirm_steps"):
                     a[f] = a.get(f, 0) + c[f]
         fa = cells["healthy|0"]["blocked"] / cells["healthy|0"]["n"]
         at_tol = cells["reward drop|1"]["blocked"] / cells["reward drop|1"]["n"]
+        h = cells["healthy|0"]
         out[mode] = {
             "baseline_steps": per_job[0]["modes"][mode]["baseline_steps"],
+            # steps a screened healthy winner's confirmation ran (the interim look stops some early)
+            "healthy_confirm_steps": h["confirm_steps"] / max(1, h["n"] - h["screen"]),
             "cells": cells,
             "false_alarm": fa,
             "catch_at_tolerance": at_tol,
@@ -480,7 +497,8 @@ def print_shipped(agg: dict, shipped: tuple[int, int, int], jobs: int, seeds: in
             )
         print(
             f"\nrewardGate {mode}: false alarms {100 * a['false_alarm']:.1f}%; caught at the tolerance "
-            f"{100 * a['catch_at_tolerance']:.1f}%; goal {'met' if a['goal_met'] else 'missed'}"
+            f"{100 * a['catch_at_tolerance']:.1f}%; goal {'met' if a['goal_met'] else 'missed'}; a healthy "
+            f"winner's confirmation ran {a['healthy_confirm_steps']:.2f} of {confirm} steps on average"
         )
 
 

@@ -52,7 +52,6 @@ from rltune import twin  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
 from rltune.api.status import TrialState  # noqa: E402
 from rltune.tuner import Tuner, baseline_record, payback, records, summarize  # noqa: E402
-from rltune.tuner import gates as G  # noqa: E402
 from rltune.tuner.knobs import OUTER_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS  # noqa: E402
 from rltune.tuner.records import failure_cause, objective_of  # noqa: E402
 from rltune.tuner.search import Space, flat_key  # noqa: E402
@@ -220,7 +219,7 @@ class Runner:
         self.truth: dict = {}
         self.configs: dict = {}
         self.known: dict = {}  # yardstick values a previous run of the same twin stored (bench_job's keep)
-        self.confirmed: dict = {}  # (configuration, seed) -> confirms (Runner.confirms)
+        self.confirmed: dict = {}  # (configuration, seed) -> Confirmation (Runner.confirms)
         self.quality: dict = {}  # configuration -> its confirmation's QualityTrials
         self.base = None  # the measured, judged baseline (measured_baseline sets it)
 
@@ -244,32 +243,30 @@ class Runner:
         job = int(hashlib.sha256(self.name.encode()).hexdigest()[:6], 16)
         return CONFIRM_SEED + job * 1_000_000 + 1000 * seed + attempt
 
-    def confirms(self, cfg: RLConfig, seed: int) -> bool:
-        """Whether a pick passes the winner's confirmation as the lifecycle runs it (after_confirming):
-        budget.confirmSteps steps judged by the quality gates under the job's constraints.rewardGate
-        against the baseline's summary as the status keeps it, and better than the baseline on the
-        objective (judged on the yardstick: a confirmation's steps measure close to it). The rewards
-        come from the twin's quality path (bench.gates.QualityTrials: _quality over noiseless steps, the same
-        distribution as simulate_trial's), because a full simulate_trial of every pick would multiply
-        the benchmark's time. Memoised on (configuration, seed): every method that picks a
-        configuration on a seed meets the same draw (common random numbers)."""
-        from bench.gates import QualityTrials, stored_summary
+    def confirms(self, cfg: RLConfig, seed: int) -> Confirmation:
+        """Whether a pick passes the winner's confirmation as the lifecycle runs it (after_confirming),
+        and the steps it ran: budget.confirmSteps steps judged at gates.confirmation_looks (under
+        nonInferiority an interim look half-way may confirm early) by the quality gates under the job's
+        constraints.rewardGate against the baseline's summary as the status keeps it, and better than
+        the baseline on the objective (judged on the yardstick: a confirmation's steps measure close to
+        it). The rewards come from the twin's quality path (bench.gates.QualityTrials: _quality over
+        noiseless steps, the same distribution as simulate_trial's), because a full simulate_trial of
+        every pick would multiply the benchmark's time. Memoised on (configuration, seed): every method
+        that picks a configuration on a seed meets the same draw (common random numbers)."""
+        from bench.gates import QualityTrials, confirmation_run, stored_summary
 
         b = self.spec.budget
         if b.confirm_steps == 0:
-            return True
+            return Confirmation(True, 0)
         k = (flat_key(cfg.flat(), self.space.budget, self.space.gpn), seed)
         if k not in self.confirmed:
             t, tb = self.true(cfg), self.true(self.base.config)
-            if t is None or tb is None or t[0] >= tb[0]:
-                self.confirmed[k] = False
-            else:
+            self.confirmed[k] = Confirmation(False, b.confirm_steps)
+            if t is not None and tb is not None and t[0] < tb[0]:
                 if k[0] not in self.quality:
                     self.quality[k[0]] = QualityTrials(self.spec, cfg, b.confirm_steps, b.warmup_steps)
-                s = summarize(self.quality[k[0]].trial(seed))
-                ni = self.spec.constraints.reward_gate == "nonInferiority"
-                v = G.evaluate(s, stored_summary(self.base.summary), self.spec.constraints, confirmation=ni)
-                self.confirmed[k] = G.passed(v)
+                recs = self.quality[k[0]].trial(seed)
+                self.confirmed[k] = confirmation_run(recs, stored_summary(self.base.summary), self.spec)
         return self.confirmed[k]
 
     def true(self, cfg: RLConfig):
@@ -534,6 +531,15 @@ def rltune_pick(spec: RLTuningJobSpec, base, hist, k: int):
     return Tuner(spec, base, hist[:k]).best_estimate() or base
 
 
+@dataclass(frozen=True)
+class Confirmation:
+    """A pick's confirmation run in the benchmark: passed or not, and the steps it ran (fewer than
+    budget.confirmSteps when the interim look confirmed it)."""
+
+    passed: bool
+    steps: int
+
+
 @dataclass
 class Deployed:
     """What a method ships after k trials: its first pick that passed the confirmation (or the
@@ -552,7 +558,7 @@ def deploy(rn: Runner, method: str, base, hist: list, k: int, seed: int) -> Depl
     lifecycle.after_confirming; the rivals: their next best measured trial), until one confirms or
     nothing left beats the baseline. The lifecycle may run further search trials after a rejection
     when the tuner is not done; the benchmark does not, for every method alike."""
-    spec, b = rn.spec, rn.spec.budget
+    spec = rn.spec
     rejected: set = set()
     attempts, gpu_h, first_failed = 0, 0.0, False
     while True:
@@ -562,9 +568,10 @@ def deploy(rn: Runner, method: str, base, hist: list, k: int, seed: int) -> Depl
             return Deployed(base, attempts, gpu_h, first_failed)
         attempts += 1
         t = rn.true(pick.config)
+        ran = rn.confirms(pick.config, rn.confirm_seed(seed, attempts))
         if t is not None:
-            gpu_h += b.confirm_steps * t[1] * (pick.config.gpus or rn.space.budget) / 3600
-        if rn.confirms(pick.config, rn.confirm_seed(seed, attempts)):
+            gpu_h += ran.steps * t[1] * (pick.config.gpus or rn.space.budget) / 3600
+        if ran.passed:
             return Deployed(pick, attempts, gpu_h, first_failed)
         first_failed = first_failed or attempts == 1
         rejected.add(pick.id)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from test_tuner_fixtures import job, steps
 
 from rltune.api.status import FailureCause, Phase, RLTuningJobStatus, TrialState
+from rltune.tuner import gates as G
 from rltune.tuner import lifecycle as L
 from rltune.tuner import records as R
 
@@ -239,6 +240,56 @@ def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
     assert R.make_tuner(spec, status.trials).bans == []  # a failed confirmation bans no setting
     cond = {c.type: c for c in status.conditions}["RewardGatePowered"]
     assert cond.status == "True" and cond.reason == "Resolved", cond.message
+
+
+def in_two_reports(reward_of):
+    """A driver whose confirmation runs report their first half-plus-warm-up steps while running, then
+    all of them once done (every other trial finishes at once); `reward_of(trial)`: its mean reward."""
+    seen: dict[str, int] = {}
+
+    def outcome(t, cfg):
+        full = steps(truth(cfg), n=t.steps, reward=reward_of(t), seed=len(t.id))
+        if t.kind != "confirm" or t.state != TrialState.RUNNING:
+            return L.Observation(placed=True, done=t.kind != "confirm", steps=full if t.kind != "confirm" else [])
+        seen[t.id] = seen.get(t.id, 0) + 1
+        done = seen[t.id] > 1
+        return L.Observation(placed=True, done=done, steps=full if done else full[: t.steps // 2 + 1])
+
+    return outcome
+
+
+def test_a_winner_clearly_within_the_tolerance_is_confirmed_at_the_interim_look():
+    """The confirmation is group-sequential (gates.confirmation_looks): half-way through, a winner
+    whose reward is already shown within the tolerance at alpha/2 and which beats the baseline is
+    confirmed and its pods are torn down, so the rest of its steps are not paid for."""
+    spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 12})
+    looks = G.confirmation_looks(spec.budget, spec.constraints)
+    assert [(lk.steps, lk.final) for lk in looks] == [(6, False), (12, True)]
+    assert abs(sum(lk.alpha for lk in looks) - spec.constraints.reward_test_alpha) < 1e-12  # Bonferroni
+
+    status, _ = drive(spec, in_two_reports(lambda t: 0.5))
+    conf = [t for t in status.trials if t.kind == "confirm"]
+    assert status.phase == Phase.SUCCEEDED and status.best and status.best.confirmed, status.message
+    assert conf[-1].state == TrialState.SUCCEEDED and "interim look after 6 of 12 steps" in conf[-1].reason
+    assert R.unflatten_summary(conf[-1].summary).steps == 5  # what it measured, scored at the look
+
+
+def test_a_drop_is_never_confirmed_early_and_is_judged_at_full_length():
+    """A confirmation whose reward is 8% lower cannot be shown within a 5% tolerance at the interim
+    look: it runs to its full length and is rejected there."""
+    spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 12})
+    status, _ = drive(spec, in_two_reports(lambda t: 0.5 * (0.92 if t.kind == "confirm" else 1.0)))
+    conf = [t for t in status.trials if t.kind == "confirm"]
+    assert conf and all(c.state == TrialState.REJECTED and "non-inferiority" in c.reason for c in conf)
+    assert all(R.unflatten_summary(c.summary).steps == 11 for c in conf)  # judged on all 12 steps
+    assert status.best is None
+
+
+def test_a_screening_confirmation_has_one_look():
+    spec = job(budget={"confirmSteps": 12}, constraints={"rewardGate": "screen"})
+    assert [(lk.steps, lk.final) for lk in G.confirmation_looks(spec.budget, spec.constraints)] == [(12, True)]
+    short = job(budget={"confirmSteps": 6})  # 5 scored steps: 2 at half, too few for the trend-adjusted test
+    assert [(lk.steps, lk.final) for lk in G.confirmation_looks(short.budget, short.constraints)] == [(6, True)]
 
 
 def test_the_screening_gate_keeps_the_baseline_short_and_says_what_it_holds():

@@ -326,7 +326,8 @@ class Reconciler:
         rayjobs: dict[str, dict],
     ) -> dict[str, L.Observation]:
         """What the pods and Prometheus say of each active trial. Metrics are read only where the
-        lifecycle needs them: trials being scored, finishing, or (search) candidates for early stop."""
+        lifecycle needs them: trials being scored, finishing, search trials (candidates for early stop) and
+        confirmations (the interim look)."""
         try:
             prom_url, no_prom = prom.prometheus_url(spec.metrics.prometheus_url), ""
         except prom.MetricsError as e:  # nothing can be scored: trials end MetricsUnavailable, saying why
@@ -357,7 +358,8 @@ class Reconciler:
             exported = self.metrics.reason(prom_url, namespace, name, t.id, names) if failure and prom_url else None
             steps, err = None, ""
             if not failure and (
-                t.state == TrialState.SCORING or (t.state == TrialState.RUNNING and (done or t.kind == "search"))
+                t.state == TrialState.SCORING
+                or (t.state == TrialState.RUNNING and (done or t.kind in ("search", "confirm")))
             ):
                 try:
                     steps = self.metrics.steps(prom_url, namespace, name, t.id, names) if prom_url else []

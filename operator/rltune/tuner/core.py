@@ -342,14 +342,17 @@ class Tuner:
             acq[i] = -np.inf
         return out
 
-    def judge(self, record: TrialRecord, summary: TrialSummary, confirmation: bool = False) -> TrialRecord:
+    def judge(
+        self, record: TrialRecord, summary: TrialSummary, confirmation: bool = False, alpha: Optional[float] = None
+    ) -> TrialRecord:
         """Score a finished trial: objective and quality gates -> succeeded or rejected.
-        `confirmation`: the winner's confirmation run (reward judged by non-inferiority)."""
+        `confirmation`: the winner's confirmation run (reward judged by non-inferiority); `alpha`: the
+        reward test's level at this look of it (gates.confirmation_looks)."""
         rec = record.model_copy(deep=True)
         rec.summary = summary
         is_base = record.id == self.baseline.id
         base_sum = None if is_base else self.baseline.summary
-        rec.gates = G.evaluate(summary, base_sum, self.spec.constraints, confirmation=confirmation)
+        rec.gates = G.evaluate(summary, base_sum, self.spec.constraints, confirmation=confirmation, alpha=alpha)
         if not is_base and "steps" in rec.gates and rec.gates["steps"].passed:
             rec.gates["memory"] = headroom.gate(self.spec, rec.config, summary)
         if rec.gpus == 0:

@@ -27,7 +27,11 @@ Gates (each returns a verdict text; a trial passing all is `succeeded`, otherwis
              in the non-inferiority framing instead (reject unless hi <= tol) against a baseline
              profiled as long: the stage that holds a drop at the tolerance to <= alpha, with a
              false-alarm rate the steps and the noise set (`reward_power` estimates it from the
-             baseline's rewards; docs/tuner.md says why it is not the default).
+             baseline's rewards; docs/tuner.md says why it is the default).
+             The confirmation is group-sequential (`confirmation_looks`): an interim look after
+             half its scored steps confirms early when every gate passes at alpha/2; otherwise the
+             full run is judged at alpha/2. By Bonferroni a drop at the tolerance still passes with
+             probability <= alpha; a healthy winner usually stops at the look (bench/gates.py).
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Optional
 
-from ..api.models import Constraints
+from ..api.models import Budget, Constraints
 from .summary import TrialSummary, TunerModel
 
 # ----------------------------------------------------------------- Student t without scipy
@@ -237,6 +241,35 @@ def reward_power(base: list[float], scored: int, tol: float, alpha: float) -> Op
     return RewardPower(noise, scored, fa, needed)
 
 
+@dataclass(frozen=True)
+class Look:
+    """One look at the winner's confirmation: after `steps` steps (warm-up included), the reward's
+    non-inferiority test at level `alpha`; `final`: the run's full length (an interim look can
+    only confirm early, never reject)."""
+
+    steps: int
+    alpha: float
+    final: bool
+
+
+INTERIM_ALPHA_SHARE = 0.5  # the share of rewardTestAlpha spent at the interim look (bench/gates.py chose it)
+MIN_INTERIM_SCORED = 3  # fewer scored steps than this at half the run: no interim look
+
+
+def confirmation_looks(b: Budget, c: Constraints) -> tuple[Look, ...]:
+    """The looks at a confirmation run of `b.confirmSteps` steps. With rewardGate nonInferiority an
+    interim look after half the scored steps may confirm a winner early at alpha * INTERIM_ALPHA_SHARE,
+    and the full run is judged at the rest of alpha: the chance that a drop at the tolerance passes
+    either look is <= alpha (Bonferroni), as with one look, while a winner whose reward is clearly
+    within it stops at half the cost. Screen confirmations and short ones have the one final look."""
+    a = c.reward_test_alpha
+    scored = b.confirm_steps - b.warmup_steps
+    if c.reward_gate != "nonInferiority" or scored // 2 < MIN_INTERIM_SCORED:
+        return (Look(b.confirm_steps, a, True),)
+    first = a * INTERIM_ALPHA_SHARE
+    return (Look(b.warmup_steps + scored // 2, first, False), Look(b.confirm_steps, a - first, True))
+
+
 # ----------------------------------------------------------------- the gates
 
 
@@ -251,10 +284,15 @@ class GateResult(TunerModel):
 
 
 def evaluate(
-    summary: TrialSummary, baseline: Optional[TrialSummary], c: Constraints, confirmation: bool = False
+    summary: TrialSummary,
+    baseline: Optional[TrialSummary],
+    c: Constraints,
+    confirmation: bool = False,
+    alpha: Optional[float] = None,
 ) -> dict[str, GateResult]:
     """Gate name -> verdict. `confirmation`: the winner's confirmation run, whose reward test is the
-    non-inferiority framing (reject unless the drop is shown within the tolerance)."""
+    non-inferiority framing (reject unless the drop is shown within the tolerance); `alpha`: the
+    reward test's level at this look (default constraints.rewardTestAlpha; `confirmation_looks`)."""
     g: dict[str, GateResult] = {}
     if summary.failed or summary.steps == 0:
         g["steps"] = GateResult(passed=False, detail="no steady-state step was measured")
@@ -284,7 +322,8 @@ def evaluate(
     elif not all(math.isfinite(r) for r in summary.rewards + baseline.rewards):
         g["reward"] = GateResult(passed=False, detail="non-finite reward reported")
     else:
-        rt = reward_test(summary.rewards, baseline.rewards, c.reward_tolerance, c.reward_test_alpha, confirmation)
+        a = c.reward_test_alpha if alpha is None else alpha
+        rt = reward_test(summary.rewards, baseline.rewards, c.reward_tolerance, a, confirmation)
         g["reward"] = GateResult(
             passed=not rt.reject,
             detail=f"mean reward {rt.mean_c:.4f} vs baseline {rt.mean_b:.4f}: drop {rt.drop:.1%} "

@@ -27,7 +27,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from ..api.metrics import StepRecord
 from ..api.models import RLConfig, RLTuningJobSpec
@@ -44,9 +44,14 @@ from ..api.status import (
     TrialStatus,
     TuningCostStatus,
 )
+from . import gates as G
 from . import records as R
 from .payback import tuning_cost
 from .search import explicit
+
+if TYPE_CHECKING:
+    from .core import TrialRecord
+    from .summary import TrialSummary
 
 REASON_GRACE_SECONDS = 5.0  # how long a failed trial's exported reason may take to reach the metrics store
 
@@ -432,6 +437,8 @@ class _Lifecycle:
             else:
                 if t.kind == "search":
                     self.maybe_early_stop(t, obs)
+                elif t.kind == "confirm":
+                    self.maybe_confirm_early(t, obs)
                 return
         if t.state == TrialState.SCORING:
             self.score(t, obs)
@@ -494,6 +501,44 @@ class _Lifecycle:
             t.objective = R.objective_of(self.spec, summary.step_time, t.gpus) if summary.steps else None
             self.finish(t, TrialState.STOPPED, f"early-stopped after {len(steps)} steps: cannot beat the best so far")
 
+    def maybe_confirm_early(self, t: TrialStatus, obs: Observation) -> None:
+        """The confirmation's interim look (gates.confirmation_looks): once its first steps are in,
+        a winner that passes every gate at the look's level and beats the baseline on the objective
+        is confirmed and its pods stop; otherwise it runs to its full length, judged there."""
+        from .summary import summarize
+
+        looks = G.confirmation_looks(self.spec.budget, self.spec.constraints)
+        steps = obs.steps or []
+        interim = looks[0]
+        if interim.final or len(steps) < interim.steps:
+            return
+        judged = self.judge_confirmation(t, summarize(steps[: interim.steps]), interim)
+        base_obj = R.baseline_trial(self.status.trials).objective
+        if judged.state == TrialState.SUCCEEDED and judged.objective and base_obj and judged.objective < base_obj:
+            R.apply_judgement(t, judged, keep_rewards=False)
+            self.finish(
+                t,
+                TrialState.SUCCEEDED,
+                f"confirmed at the interim look after {interim.steps} of {t.steps} steps "
+                f"(reward test at alpha {interim.alpha:g}): {t.reason or ''}",
+            )
+
+    def judge_confirmation(self, t: TrialStatus, summary: TrialSummary, look: G.Look) -> TrialRecord:
+        """The tuner's verdict on a confirmation run at one of its looks."""
+        return self.judge_of(t).judge(
+            R.to_record(self.spec, t),
+            summary,
+            confirmation=self.spec.constraints.reward_gate == "nonInferiority",
+            alpha=look.alpha,
+        )
+
+    def judge_of(self, t: TrialStatus):
+        """The Tuner that judges `t`: the job's, or (a trial in another pool) one for the pool's spec."""
+        spec = R.spec_of_trial(self.spec, t)
+        if spec is self.spec:
+            return self.tuner()
+        return R.make_tuner(spec, [x for x in self.status.trials if x.kind == "baseline"])
+
     def score(self, t: TrialStatus, obs: Observation) -> None:
         """Score a finished trial once all its steps are visible; never on guesses."""
         from .summary import summarize
@@ -524,13 +569,11 @@ class _Lifecycle:
                 self.finish(t, TrialState.SUCCEEDED, "")
             return
         spec = R.spec_of_trial(self.spec, t)
-        judge = (
-            self.tuner()
-            if spec is self.spec
-            else R.make_tuner(spec, [x for x in self.status.trials if x.kind == "baseline"])
-        )
-        ni = t.kind == "confirm" and self.spec.constraints.reward_gate == "nonInferiority"
-        judged = judge.judge(R.to_record(self.spec, t), summary, confirmation=ni)
+        if t.kind == "confirm":
+            final = G.confirmation_looks(self.spec.budget, self.spec.constraints)[-1]
+            judged = self.judge_confirmation(t, summary, final)
+        else:
+            judged = self.judge_of(t).judge(R.to_record(self.spec, t), summary)
         R.apply_judgement(t, judged, keep_rewards=False)
         if t.objective is None and summary.steps:
             t.objective = R.objective_of(spec, summary.step_time, t.gpus)
@@ -594,7 +637,6 @@ class _Lifecycle:
         """Condition RewardGatePowered: does the winner's reward gate hold the tolerance (a drop at it
         caught >= 95%, a healthy winner failed <= 5% at the baseline's measured reward noise)? Said
         up front so that a job whose gate cannot is not read as quality-checked at its tolerance."""
-        from . import gates as G
 
         b, c = self.spec.budget, self.spec.constraints
         tol, cond = c.reward_tolerance, "RewardGatePowered"
@@ -607,7 +649,9 @@ class _Lifecycle:
             set_condition(self.status, cond, "False", "NoConfirmation", msg, self.gen, self.now)
             return
         scored = b.confirm_steps - b.warmup_steps
-        p = G.reward_power(base_rewards, scored, tol, c.reward_test_alpha)
+        # the full run's look: a healthy winner that fails it has failed the interim look too
+        final = G.confirmation_looks(b, c.model_copy(update={"reward_gate": "nonInferiority"}))[-1]
+        p = G.reward_power(base_rewards, scored, tol, final.alpha)
 
         def need(p: G.RewardPower) -> str:
             return (
@@ -632,7 +676,7 @@ class _Lifecycle:
         ok = p.false_alarm <= G.FALSE_ALARM_GOAL
         msg = (
             f"baseline reward noise {p.noise:.1%} of its mean per step; the confirmation's {scored} scored steps "
-            f"fail a healthy winner (not shown within the {tol:.1%} tolerance) ~{p.false_alarm:.1%} of the time"
+            f"fail a healthy winner (not shown within the {tol:.1%} tolerance) at most ~{p.false_alarm:.1%} of the time"
             + (
                 f" (<= {G.FALSE_ALARM_GOAL:.0%} from {need(p)})"
                 if ok
