@@ -49,6 +49,18 @@ def test_the_grey_zone_ships_the_healthy_lever_less_often_the_slower_it_learns()
     assert min(screen) >= 0.9  # the screening test never bans a healthy configuration for a 4% drop
 
 
+def test_the_shipped_confirmation_stops_healthy_winners_early_and_still_holds_the_tolerance():
+    """run_shipped judges confirmations at gates.confirmation_looks: under nonInferiority a healthy
+    winner's confirmation usually stops at the interim look (fewer steps than confirmSteps) while a
+    drop at the tolerance is still kept from shipping >= 90% of the time on 60 seeds (the goal's 95%
+    is bench-gates' 1,600 draws); screen has one look and always runs the full length."""
+    row = BG.run_shipped(JOB, 0, (6, 1, 12), 60)
+    agg = BG.aggregate_shipped([row])
+    ni, screen = agg["nonInferiority"], agg["screen"]
+    assert 6 <= ni["healthy_confirm_steps"] < 10 and screen["healthy_confirm_steps"] == 12
+    assert ni["catch_at_tolerance"] >= 0.9 and ni["false_alarm"] <= 0.05
+
+
 def test_judged_configs_reads_the_oracle_and_the_best_synchronous_configuration(tmp_path):
     _, cfg = _one_step_off()
 

@@ -242,6 +242,11 @@ def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
     assert cond.status == "True" and cond.reason == "Resolved", cond.message
 
 
+def ok_reward(t, cfg, reward: float) -> L.Observation:
+    """Finished at once with all its steps, as in_two_reports draws them."""
+    return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=reward, seed=len(t.id)))
+
+
 def in_two_reports(reward_of):
     """A driver whose confirmation runs report their first half-plus-warm-up steps while running, then
     all of them once done (every other trial finishes at once); `reward_of(trial)`: its mean reward."""
@@ -272,6 +277,9 @@ def test_a_winner_clearly_within_the_tolerance_is_confirmed_at_the_interim_look(
     assert status.phase == Phase.SUCCEEDED and status.best and status.best.confirmed, status.message
     assert conf[-1].state == TrialState.SUCCEEDED and "interim look after 6 of 12 steps" in conf[-1].reason
     assert R.unflatten_summary(conf[-1].summary).steps == 5  # what it measured, scored at the look
+    # a confirmation first seen finished gets the same verdict: the looks do not depend on the polling
+    at_once, _ = drive(spec, lambda t, cfg: ok_reward(t, cfg, 0.5))
+    assert "interim look after 6 of 12 steps" in [t for t in at_once.trials if t.kind == "confirm"][-1].reason
 
 
 def test_a_drop_is_never_confirmed_early_and_is_judged_at_full_length():

@@ -502,26 +502,32 @@ class _Lifecycle:
             self.finish(t, TrialState.STOPPED, f"early-stopped after {len(steps)} steps: cannot beat the best so far")
 
     def maybe_confirm_early(self, t: TrialStatus, obs: Observation) -> None:
-        """The confirmation's interim look (gates.confirmation_looks): once its first steps are in,
-        a winner that passes every gate at the look's level and beats the baseline on the objective
-        is confirmed and its pods stop; otherwise it runs to its full length, judged there."""
+        """The confirmation's interim look while it runs: see confirmed_at_interim."""
+        self.confirmed_at_interim(t, obs.steps or [])
+
+    def confirmed_at_interim(self, t: TrialStatus, steps: list[StepRecord]) -> bool:
+        """The confirmation's interim look (gates.confirmation_looks): once its first steps are in, a
+        winner that passes every gate at the look's level and beats the baseline on the objective is
+        confirmed (True) and its pods stop; otherwise it runs to its full length, judged there. Also
+        taken when scoring a run whose interim was never seen running, so the verdict does not depend
+        on when the steps were observed."""
         from .summary import summarize
 
-        looks = G.confirmation_looks(self.spec.budget, self.spec.constraints)
-        steps = obs.steps or []
-        interim = looks[0]
+        interim = G.confirmation_looks(self.spec.budget, self.spec.constraints)[0]
         if interim.final or len(steps) < interim.steps:
-            return
+            return False
         judged = self.judge_confirmation(t, summarize(steps[: interim.steps]), interim)
         base_obj = R.baseline_trial(self.status.trials).objective
-        if judged.state == TrialState.SUCCEEDED and judged.objective and base_obj and judged.objective < base_obj:
-            R.apply_judgement(t, judged, keep_rewards=False)
-            self.finish(
-                t,
-                TrialState.SUCCEEDED,
-                f"confirmed at the interim look after {interim.steps} of {t.steps} steps "
-                f"(reward test at alpha {interim.alpha:g}): {t.reason or ''}",
-            )
+        if not (judged.state == TrialState.SUCCEEDED and judged.objective and base_obj and judged.objective < base_obj):
+            return False
+        R.apply_judgement(t, judged, keep_rewards=False)
+        self.finish(
+            t,
+            TrialState.SUCCEEDED,
+            f"confirmed at the interim look after {interim.steps} of {t.steps} steps "
+            f"(reward test at alpha {interim.alpha:g}): {t.reason or ''}",
+        )
+        return True
 
     def judge_confirmation(self, t: TrialStatus, summary: TrialSummary, look: G.Look) -> TrialRecord:
         """The tuner's verdict on a confirmation run at one of its looks."""
@@ -555,6 +561,8 @@ class _Lifecycle:
                     + (f" ({obs.metrics_error})" if obs.metrics_error else ""),
                     FailureCause.METRICS_UNAVAILABLE,
                 )
+            return
+        if t.kind == "confirm" and self.confirmed_at_interim(t, steps):
             return
         summary = summarize(steps)
         if t.kind == "baseline":
