@@ -277,6 +277,7 @@ def test_a_winner_clearly_within_the_tolerance_is_confirmed_at_the_interim_look(
     assert status.phase == Phase.SUCCEEDED and status.best and status.best.confirmed, status.message
     assert conf[-1].state == TrialState.SUCCEEDED and "interim look after 6 of 12 steps" in conf[-1].reason
     assert R.unflatten_summary(conf[-1].summary).steps == 5  # what it measured, scored at the look
+    assert "confirmed over 6 steps" in status.message, status.message
     # a confirmation first seen finished gets the same verdict: the looks do not depend on the polling
     at_once, _ = drive(spec, lambda t, cfg: ok_reward(t, cfg, 0.5))
     assert "interim look after 6 of 12 steps" in [t for t in at_once.trials if t.kind == "confirm"][-1].reason

@@ -958,7 +958,8 @@ class _Lifecycle:
         base_obj = R.baseline_trial(self.status.trials).objective
         if c.state == TrialState.SUCCEEDED and c.objective and base_obj and c.objective < base_obj:
             self.set_best(c, confirmed=True, of=orig)
-            self.succeed(f"confirmed over {c.steps} steps")
+            ran = R.unflatten_summary(c.summary).total_steps if c.summary else c.steps  # fewer: the interim look
+            self.succeed(f"confirmed over {ran} steps")
             return
         orig.state = TrialState.REJECTED
         orig.reason = (
