@@ -904,7 +904,7 @@ def select_jobs(names: Optional[str], job_set: str = "seed") -> list[dict]:
 def _int_keys(res: list[dict]) -> list[dict]:
     for r in res:
         for m in r["methods"].values():
-            for key in ("speedup", "gpu_hours", "speedup_mean", "speedup_all", "picks"):
+            for key in ("speedup", "gpu_hours", "speedup_mean", "speedup_all", "picks", "first_pick_failed"):
                 if key in m:
                     m[key] = {int(k): v for k, v in m[key].items()}
     return res

@@ -8,6 +8,7 @@ from bench.jobs import FRESH_PREFIX, fresh_jobs, generated_jobs, jobs
 from bench.run import (
     RIVALS,
     Confirmation,
+    _int_keys,
     best_after,
     deploy,
     fits_memory,
@@ -173,3 +174,11 @@ def test_a_pick_that_does_not_confirm_gives_way_to_the_next_best(bench_job):
     assert second.record is base or second.record.id != first.record.id
     one = rn.spec.budget.confirm_steps * rn.true(first.record.config)[1] * first.record.gpus / 3600
     assert second.confirm_gpu_h > one
+
+
+def test_results_read_back_from_json_keep_their_per_budget_cells():
+    """--from-json re-renders the tables from JSON, whose keys are strings: every per-budget field is
+    read back by its trial budget (the first-pick column once rendered '-' for every job)."""
+    stored = json.loads(json.dumps([{"methods": {"rltune": {"speedup": {8: 1.5}, "first_pick_failed": {8: 2}}}}]))
+    m = _int_keys(stored)[0]["methods"]["rltune"]
+    assert m["speedup"][8] == 1.5 and m["first_pick_failed"][8] == 2
