@@ -725,7 +725,8 @@ class Budget(CamelModel):
         ge=0,
         le=200,
         description="Steps of the winner's confirmation run, warm-up included (0 = none). With "
-        "constraints.rewardGate nonInferiority the baseline is profiled as long.",
+        "constraints.rewardGate nonInferiority the baseline is profiled as long, and a winner already shown "
+        "within rewardTolerance half-way (at rewardTestAlpha/2) is confirmed there and stops.",
     )
     max_failed_trials: int = Field(6, ge=1, le=200, description="Failed trials after which the job fails.")
     planned_steps: int = Field(
