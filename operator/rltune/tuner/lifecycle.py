@@ -513,7 +513,7 @@ class _Lifecycle:
         on when the steps were observed."""
         from .summary import summarize
 
-        interim = G.confirmation_looks(self.spec.budget, self.spec.constraints)[0]
+        interim = self.looks_of(t)[0]
         if interim.final or len(steps) < interim.steps:
             return False
         judged = self.judge_confirmation(t, summarize(steps[: interim.steps]), interim)
@@ -528,6 +528,13 @@ class _Lifecycle:
             f"(reward test at alpha {interim.alpha:g}): {t.reason or ''}",
         )
         return True
+
+    def looks_of(self, t: TrialStatus) -> tuple[G.Look, ...]:
+        """The looks at confirmation `t`, by the steps it was started with (a later budget edit does
+        not move them)."""
+        return G.confirmation_looks(
+            self.spec.budget.model_copy(update={"confirm_steps": t.steps}), self.spec.constraints
+        )
 
     def judge_confirmation(self, t: TrialStatus, summary: TrialSummary, look: G.Look) -> TrialRecord:
         """The tuner's verdict on a confirmation run at one of its looks."""
@@ -578,8 +585,7 @@ class _Lifecycle:
             return
         spec = R.spec_of_trial(self.spec, t)
         if t.kind == "confirm":
-            final = G.confirmation_looks(self.spec.budget, self.spec.constraints)[-1]
-            judged = self.judge_confirmation(t, summary, final)
+            judged = self.judge_confirmation(t, summary, self.looks_of(t)[-1])
         else:
             judged = self.judge_of(t).judge(R.to_record(self.spec, t), summary)
         R.apply_judgement(t, judged, keep_rewards=False)
