@@ -498,11 +498,28 @@ class _FakeProp:
         self.rationale = None
 
 
+def headline_budget(budgets: list[int]) -> int:
+    """The trial budget the headline compares methods at (8 when it is run)."""
+    return 8 if 8 in budgets else budgets[len(budgets) // 2]
+
+
+def spent(hist: list, k: int) -> float:
+    """Trial GPU-hours of a method's first k trials, every step as it ran (confirmations not included)."""
+    return sum(r.summary.seconds_spent * r.gpus for r in hist[:k] if r.summary is not None) / 3600
+
+
+def matched_trials(hist: list, target_gpu_h: float) -> int:
+    """How many of a method's trials cost the GPU-hours closest to `target_gpu_h` (rltune's trial
+    GPU-hours on the same seed): the rival's budget in the equal-cost comparison (fewer on a tie;
+    0 = it deploys the baseline)."""
+    return min(range(len(hist) + 1), key=lambda k: (abs(spent(hist, k) - target_gpu_h), k))
+
+
 def best_after(rn: Runner, base, hist, k: int, pick=None) -> tuple[float, float, float]:
     """(objective, trial GPU-hours, GPU-seconds per step) of a method's pick after its first k
     trials (`pick`: the record it deploys, pick_after's by default), objective and GPU-seconds on
     the yardstick (Runner.true)."""
-    gpu_h = sum(r.summary.seconds_spent * r.gpus for r in hist[:k] if r.summary is not None) / 3600
+    gpu_h = spent(hist, k)
     pick = pick_after(base, hist, k) if pick is None else pick
     t = rn.true(pick.config)
     if t is None:  # a gated trial the yardstick refuses: cannot happen unless the twin changed
@@ -678,6 +695,11 @@ def bench_job(
         ferr, used, stops, costs = [], [], [], []
         picks = {k: [] for k in budgets}
         first_failed = {k: 0 for k in budgets}
+        # equal cost: rltune's trial GPU-hours at the headline budget per seed; each rival deploys after
+        # the number of its own trials that cost closest to that (matched_trials)
+        k8 = headline_budget(budgets)
+        own_gpu_h, matched, matched_k = [], [], []
+        target = res["methods"].get("rltune", {}).get("trial_gpu_h_at_headline") if method != "rltune" else None
         for sd in range(seeds):
             if method == "rltune":
                 out = run_rltune(rn, base, kmax, sd)
@@ -695,6 +717,12 @@ def bench_job(
                 gpuh[k].append(g + chosen[k].confirm_gpu_h)
                 picks[k].append(chosen[k].record.config.dump())
                 first_failed[k] += chosen[k].first_failed
+            own_gpu_h.append(spent(hist, min(k8, len(hist))))
+            if target is not None:
+                km = matched_trials(hist, target[sd])
+                dep = chosen[km] if km in chosen else deploy(rn, method, base, hist, km, sd)
+                matched.append(base_true / best_after(rn, base, hist, km, dep.record)[0])
+                matched_k.append(km)
             last = chosen[len(hist)]
             _, g, pick_gpu_s = best_after(rn, base, hist, len(hist), last.record)
             costs.append(
@@ -712,7 +740,14 @@ def bench_job(
             "cost": _median_cost(costs),
             "picks": picks,  # per k, per seed: the confirmed configuration judged (rescoring needs no rerun)
             "first_pick_failed": first_failed,  # per k: seeds whose first pick did not confirm
+            "trial_gpu_h_at_headline": own_gpu_h,  # per seed: its trials' GPU-hours within the headline budget
         }
+        if matched:  # a rival at rltune's trial GPU-hours (per seed), and the trials that took
+            res["methods"][method]["matched"] = {
+                "speedup": statistics.median(matched),
+                "speedup_all": matched,
+                "trials": statistics.median(matched_k),
+            }
         m = res["methods"][method]
         log(
             f"  {method:7s} "
@@ -784,7 +819,7 @@ def _pct(x) -> str:
 
 def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> list[str]:
     """One job set's tables (quality against every rival, then tuning cost) and summary lines."""
-    k8 = 8 if 8 in budgets else budgets[len(budgets) // 2]
+    k8 = headline_budget(budgets)
     methods = [m for m in METHODS if all(m in r["methods"] for r in results)]
     rivals = [m for m in methods if m != "rltune"]
     lines = [
@@ -801,6 +836,9 @@ def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> l
     lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     fracs, ferrs, ahead, not_behind = [], [], [], []
     beats = {m: [0, 0] for m in rivals}  # [by median, by mean] at k8
+    # at equal cost: every rival's pick after the trials that cost what rltune's did on the same seed
+    equal = bool(rivals) and all("matched" in r["methods"][x] for r in results for x in rivals)
+    eq_ahead, eq_not_behind, eq_trials = [], [], []
     for r in results:
         m = r["methods"]
         unit = "GPU·s" if r["objective"] == "gpuSecondsPerStep" else "s"
@@ -810,6 +848,11 @@ def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> l
         best_rival = max(m[x]["speedup"][k8] for x in rivals) if rivals else 0.0
         ahead.append(me > best_rival)
         not_behind.append(me >= best_rival * 0.995)
+        if equal:
+            best_eq = max(m[x]["matched"]["speedup"] for x in rivals)
+            eq_ahead.append(me > best_eq)
+            eq_not_behind.append(me >= best_eq * 0.995)
+            eq_trials += [m[x]["matched"]["trials"] for x in rivals]
         for x in rivals:
             beats[x][0] += me > m[x]["speedup"][k8]
             beats[x][1] += m["rltune"]["speedup_mean"][k8] > m[x]["speedup_mean"][k8]
@@ -865,6 +908,13 @@ def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> l
         f"GPU-hours the pick saves over 500 steps, paid back after a median "
         + (f"{statistics.median(paybacks):.0f} steps." if paybacks else "- steps."),
     ]
+    if equal:
+        lines.append(
+            f"At equal cost (each rival's pick after as many of its trials as cost closest to rltune's trial "
+            f"GPU-hours at {k8} trials on the same seed; median {min(eq_trials):g}-{max(eq_trials):g} trials per "
+            f"rival and job): rltune is ahead of every rival on {sum(eq_ahead)}/{n} jobs and not behind any "
+            f"(within 0.5%) on {sum(eq_not_behind)}/{n}."
+        )
     return lines
 
 

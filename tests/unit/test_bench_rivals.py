@@ -13,6 +13,7 @@ from bench.run import (
     deploy,
     fits_memory,
     judge_or_stop,
+    matched_trials,
     measured_baseline,
     run_baseline_search,
     select_jobs,
@@ -182,3 +183,15 @@ def test_results_read_back_from_json_keep_their_per_budget_cells():
     stored = json.loads(json.dumps([{"methods": {"rltune": {"speedup": {8: 1.5}, "first_pick_failed": {8: 2}}}}]))
     m = _int_keys(stored)[0]["methods"]["rltune"]
     assert m["speedup"][8] == 1.5 and m["first_pick_failed"][8] == 2
+
+
+def test_the_equal_cost_comparison_stops_each_rival_at_rltunes_gpu_hours(bench_job):
+    """A rival is judged after as many of its trials as cost closest to rltune's trial GPU-hours on the
+    same seed: none when even its first trial costs more than twice rltune's, all of them when rltune
+    spent more than the rival's whole history, and in between the count whose spend is nearest."""
+    rn, base = bench_job
+    hist = run_baseline_search(rn, base, 5, 0, "random", Tuner(rn.spec, base, []))["history"]
+    spend = [sum(r.summary.seconds_spent * r.gpus for r in hist[:k] if r.summary) / 3600 for k in range(6)]
+    assert matched_trials(hist, 0.0) == 0 and matched_trials(hist, spend[5] * 10) == 5
+    mid = (spend[2] + spend[3]) / 2
+    assert matched_trials(hist, mid - 1e-6) == 2 and matched_trials(hist, mid + 1e-6) == 3
