@@ -438,7 +438,7 @@ class _Lifecycle:
                 if t.kind == "search":
                     self.maybe_early_stop(t, obs)
                 elif t.kind == "confirm":
-                    self.maybe_confirm_early(t, obs)
+                    self.confirmed_at_interim(t, obs.steps or [])
                 return
         if t.state == TrialState.SCORING:
             self.score(t, obs)
@@ -501,10 +501,6 @@ class _Lifecycle:
             t.objective = R.objective_of(self.spec, summary.step_time, t.gpus) if summary.steps else None
             self.finish(t, TrialState.STOPPED, f"early-stopped after {len(steps)} steps: cannot beat the best so far")
 
-    def maybe_confirm_early(self, t: TrialStatus, obs: Observation) -> None:
-        """The confirmation's interim look while it runs: see confirmed_at_interim."""
-        self.confirmed_at_interim(t, obs.steps or [])
-
     def confirmed_at_interim(self, t: TrialStatus, steps: list[StepRecord]) -> bool:
         """The confirmation's interim look (gates.confirmation_looks): once its first steps are in, a
         winner that passes every gate at the look's level and beats the baseline on the objective is
@@ -517,8 +513,7 @@ class _Lifecycle:
         if interim.final or len(steps) < interim.steps:
             return False
         judged = self.judge_confirmation(t, summarize(steps[: interim.steps]), interim)
-        base_obj = R.baseline_trial(self.status.trials).objective
-        if not (judged.state == TrialState.SUCCEEDED and judged.objective and base_obj and judged.objective < base_obj):
+        if not (judged.state == TrialState.SUCCEEDED and self.beats_baseline(judged.objective)):
             return False
         R.apply_judgement(t, judged, keep_rewards=False)
         self.finish(
@@ -528,6 +523,12 @@ class _Lifecycle:
             f"(reward test at alpha {interim.alpha:g}): {t.reason or ''}",
         )
         return True
+
+    def beats_baseline(self, objective: Optional[float]) -> bool:
+        """Better than the baseline on the job's objective, the one the search ranked by (with
+        gpuSecondsPerStep or costPerStep a layout on fewer GPUs may be slower per step and still better)."""
+        base = R.baseline_trial(self.status.trials).objective
+        return objective is not None and base is not None and objective < base
 
     def looks_of(self, t: TrialStatus) -> tuple[G.Look, ...]:
         """The looks at confirmation `t`, by the steps it was started with (a later budget edit does
@@ -754,12 +755,10 @@ class _Lifecycle:
                 f"{est[fastest.id] / est[best.id] - 1:.1%} slower (one trial measures to "
                 f"+-{tuner.measurement_sd():.1%} here)",
             )
-        base = R.baseline_trial(st.trials)
-        base_obj = base.objective
         # the baseline itself is never a winner to confirm: the Tuner rebuilds it from the stored summary,
         # rounded a hair away from the objective measured, so comparing objectives alone is not enough
-        beats = best is not None and best.id != base.id and best.objective is not None and base_obj is not None
-        if not beats or best.objective >= base_obj:
+        base_id = R.baseline_trial(st.trials).id
+        if best is None or best.id == base_id or not self.beats_baseline(best.objective):
             msg = f"nothing beats the baseline ({why}); keep the current configuration"
             st.best, st.speedup = None, "1.00x"
             self.record_tuning_cost()
@@ -959,10 +958,7 @@ class _Lifecycle:
         if c.state.is_active:
             return
         orig = next(t for t in self.status.trials if t.id == c.of)
-        # judged on the job's objective, as the search was: with gpuSecondsPerStep or costPerStep a winner
-        # on fewer GPUs may be slower per step and still better
-        base_obj = R.baseline_trial(self.status.trials).objective
-        if c.state == TrialState.SUCCEEDED and c.objective and base_obj and c.objective < base_obj:
+        if c.state == TrialState.SUCCEEDED and self.beats_baseline(c.objective):
             self.set_best(c, confirmed=True, of=orig)
             ran = R.unflatten_summary(c.summary).total_steps if c.summary else c.steps  # fewer: the interim look
             self.succeed(f"confirmed over {ran} steps")
