@@ -222,6 +222,7 @@ class Runner:
         self.confirmed: dict = {}  # (configuration, seed) -> Confirmation (Runner.confirms)
         self.quality: dict = {}  # configuration -> its confirmation's QualityTrials
         self.base = None  # the measured, judged baseline (measured_baseline sets it)
+        self.stored_base = None  # its summary as the status keeps it, what confirmations are judged against
 
     def steps(self, cfg: RLConfig, trial: str, seed: int, n: int = STEPS):
         """All n steps of a noisy twin trial (warm-up first), or None and the twin's refusal."""
@@ -253,7 +254,7 @@ class Runner:
         noiseless steps, the same distribution as simulate_trial's), because a full simulate_trial of
         every pick would multiply the benchmark's time. Memoised on (configuration, seed): every method
         that picks a configuration on a seed meets the same draw (common random numbers)."""
-        from bench.gates import QualityTrials, confirmation_run, stored_summary
+        from bench.gates import QualityTrials, confirmation_run
 
         b = self.spec.budget
         if b.confirm_steps == 0:
@@ -266,7 +267,7 @@ class Runner:
                 if k[0] not in self.quality:
                     self.quality[k[0]] = QualityTrials(self.spec, cfg, b.confirm_steps, b.warmup_steps)
                 recs = self.quality[k[0]].trial(seed)
-                self.confirmed[k] = confirmation_run(recs, stored_summary(self.base.summary), self.spec)
+                self.confirmed[k] = confirmation_run(recs, self.stored_base, self.spec)
         return self.confirmed[k]
 
     def true(self, cfg: RLConfig):
@@ -629,7 +630,10 @@ def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", objec
     s, err = rn.run(b0.config, "baseline", 7, max(STEPS, records.baseline_steps(spec)))
     if s is None:
         raise RuntimeError(f"{name}: baseline infeasible: {err}")
+    from bench.gates import stored_summary  # bench.gates imports this module
+
     rn.base = Tuner(spec, b0, []).judge(b0, s)
+    rn.stored_base = stored_summary(rn.base.summary)
     return rn, rn.base
 
 
