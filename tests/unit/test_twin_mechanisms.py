@@ -123,6 +123,14 @@ def test_pipeline_without_run_ahead_pays_the_fill_of_each_step():
     assert one.trainer_wait == pytest.approx(100 - 80)  # rollout-bound: the trainer still waits
 
 
+def test_a_rollout_of_no_duration_leaves_the_trainer_alone():
+    """The forecaster's step variance composes a side at its lower spread, down to zero seconds: the
+    pipeline is then trainer-bound (it divided by the rollout's duration before)."""
+    for streaming in (True, False):
+        r = pipeline_step(gen=0.0, train=80, sync_trainer=3, sync_rollout=3, ahead=1.0, units=4, streaming=streaming)
+        assert r.duration == pytest.approx(83) and r.trainer_wait == pytest.approx(0.0)
+
+
 def test_one_step_off_matches_the_classic_overlap():
     r = pipeline_step(gen=100, train=80, sync_trainer=3, sync_rollout=3, ahead=1.0, units=4, streaming=False)
     assert r.duration == pytest.approx(103)

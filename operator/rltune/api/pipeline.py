@@ -71,8 +71,9 @@ def _streaming(gen, train, sync_t, sync_r, ahead, units, steps):
             wait += max(0.0, avail - t_free)
             t_free = max(t_free, avail) + piece
         end = t_free
-        # it produces until its run-ahead cap, then idles; the sync pauses it at the step's end
-        produced = min(k + 1 + ahead, produced + (end - t_roll) / gen)
+        # it produces until its run-ahead cap, then idles; the sync pauses it at the step's end (a
+        # rollout of no duration, the lower end of a forecast's spread, is at its cap at once)
+        produced = k + 1 + ahead if gen <= 0.0 else min(k + 1 + ahead, produced + (end - t_roll) / gen)
         t_roll = end + sync_r
         t_free = end + sync_t
         ends.append(t_free)
