@@ -127,3 +127,34 @@ def test_expected_improvement_treats_the_forecast_as_multiplicative():
     assert expected_improvement(inc, [cand(1100.0, 0.3 * 1100.0)])[0] == pytest.approx(mc, rel=0.01)
     # a certain forecast is worth exactly its gain
     assert expected_improvement(inc, [dataclasses.replace(sure, objective_std=1e-9)])[0] == pytest.approx(0.05 * inc)
+
+
+def _gen10_after_first_trial():
+    """gen-10 (Qwen2.5-7B coding on 32 B200s) after its baseline and the tuner's first trial (rollout
+    TP 4): the physics ranks a rollout TP 1 half 12% slower than TP 4, and no trial has measured TP 1."""
+    from bench.jobs import generated_jobs
+    from bench.run import judge_or_stop, measured_baseline
+
+    from rltune.api.models import RLTuningJobSpec
+
+    job = next(j for j in generated_jobs() if j["metadata"]["name"].startswith("gen-10"))
+    rn, base = measured_baseline(job["metadata"]["name"], RLTuningJobSpec.model_validate(job["spec"]))
+    t = Tuner(rn.spec, base, [])
+    rec = t.record_for("t1", t.propose(1, rn.spec.resources.gpu_budget)[0])
+    trial_steps, _ = rn.steps(rec.config, rec.id, 1)
+    return rn.spec, base, [judge_or_stop(t, rec, trial_steps)]
+
+
+def test_a_knob_value_no_trial_measured_stays_a_candidate(monkeypatch):
+    """Halves ranked by the median alone would keep TP 1 out of every context (many measured TP 4 and
+    TP 2 near-copies fill the `top`); its optimistic bound keeps it among the candidates, with a forecast
+    that says it is an extrapolation."""
+    from rltune.tuner import search
+
+    spec, base, hist = _gen10_after_first_trial()
+    t = Tuner(spec, base, hist)
+    assert hist[0].config.rollout.tp != 1
+    tp1 = [c for c in search.candidates(t.space, t.forecaster) if c.k["rollout.tp"] == 1]
+    assert tp1 and all("rollout.tp=1" in c.extrapolation for c in tp1)
+    monkeypatch.setattr(search, "EXPLORE", 0)
+    assert not [c for c in search.candidates(t.space, t.forecaster) if c.k["rollout.tp"] == 1]

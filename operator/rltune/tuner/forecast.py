@@ -412,10 +412,14 @@ class Forecaster:
     def _phase_factors(self, feats: list[dict]) -> dict[str, tuple[np.ndarray, np.ndarray]]:
         return {p: c.predict(feats) for p, c in self.corrections.items()}
 
-    def calibrated_total(self, phases: tuple[str, ...], raws: list[dict[str, float]], feats: list[dict]) -> np.ndarray:
+    def calibrated_total(
+        self, phases: tuple[str, ...], raws: list[dict[str, float]], feats: list[dict], z: float = 0.0
+    ) -> np.ndarray:
         """Calibrated sum of `phases` for many configurations at once, from their physics values
         (`raws`, stage-1 rollout already applied) and features: the search ranks the rollout and
-        trainer halves of a space with it before composing whole configurations."""
+        trainer halves of a space with it before composing whole configurations. `z` > 0 gives the
+        optimistic bound instead of the median: each phase's correction `z` sds below its mean, so a
+        half whose knob values no trial has measured (the prior's wide sd) can rank by what it might be."""
         tot = np.zeros(len(raws))
         for p in phases:
             if p in self.absent:
@@ -424,9 +428,9 @@ class Forecaster:
             if p in self.additive:
                 tot += self.additive[p]
             elif p in self.corrections:
-                m, _ = self.corrections[p].predict(feats)
+                m, sd = self.corrections[p].predict(feats)
                 e = self.eps.get(p, 0.0)
-                tot += np.maximum(0.0, (vals + e) * np.exp(m) - e)
+                tot += np.maximum(0.0, (vals + e) * np.exp(m - z * sd) - e)
             else:
                 tot += vals
         return tot

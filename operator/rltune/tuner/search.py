@@ -14,6 +14,11 @@ rollout, weight sync) the search keeps the `top` best rollout halves and the `to
 halves under the calibrated forecaster (plus the baseline's own halves) and scores their full
 product. The best-predicted configuration of the whole space is always among the candidates;
 uncertainty-driven exploration sees the `top`x`top` neighbourhood of each context's optimum.
+Ranking halves by the forecast's median alone would hide a knob value no trial has measured
+behind many measured near-copies (the physics ranking rollout TP 1 12% below TP 4 keeps every
+TP 1 half out of a 7B job's candidates, although its correction is the prior's +-40%): each
+context also keeps the EXPLORE best halves by their optimistic bound (EXPLORE_Z sds below the
+median), and expected improvement decides whether a trial there is worth it.
 """
 
 from __future__ import annotations
@@ -33,6 +38,17 @@ from .forecast import Forecaster, features
 from .knobs import BY_PATH, CATALOG, CPU_KNOBS, MAX_REPLICA_NODES, ROLLOUT_KNOBS, TRAINER_KNOBS
 from .memfit import P_FIT_MIN
 from .records import objective_of
+
+# Halves kept per context beyond the `top` best medians: the best by the optimistic bound, EXPLORE_Z
+# sds of the calibrated correction below the median (module docstring).
+EXPLORE, EXPLORE_Z = 2, 1.0
+
+
+def _hopeful(tot: np.ndarray, hope: np.ndarray, top: int) -> list[int]:
+    """Indices of the EXPLORE rows best by their optimistic bound `hope` that the `top` best by
+    the median `tot` do not already hold."""
+    kept = set(np.argsort(tot)[:top].tolist())
+    return [int(i) for i in np.argsort(hope) if int(i) not in kept][:EXPLORE]
 
 
 def _uniq(xs: Iterable) -> list:
@@ -305,6 +321,8 @@ def candidates(
                 tot = fc.calibrated_total(("generation",), raws, feats)
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
+                hope = fc.calibrated_total(("generation",), raws, feats, z=EXPLORE_Z)
+                pick += [rows[i] for i in _hopeful(tot, hope, top)]
                 # keep diversity in the memory dimension (colocated memory coupling) and the baseline half
                 lowmem = sorted(range(len(rows)), key=lambda i: (rows[i]["rollout.gpuMemoryUtilization"], tot[i]))[:2]
                 pick += [rows[i] for i in lowmem]
@@ -326,9 +344,11 @@ def candidates(
                 feats.append(features(kk, gpus, gt, gr))
                 raws.append({"old_logprob": tr.old_logprob, "ref_logprob": tr.ref_logprob, "training": tr.training})
             if rows:
-                tot = fc.calibrated_total(("old_logprob", "ref_logprob", "training"), raws, feats)
+                phases = ("old_logprob", "ref_logprob", "training")
+                tot = fc.calibrated_total(phases, raws, feats)
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
+                pick += [rows[i] for i in _hopeful(tot, fc.calibrated_total(phases, raws, feats, z=EXPLORE_Z), top)]
                 # smallest resident weights (colocated memory coupling)
                 pick += [
                     rows[i]
