@@ -235,12 +235,14 @@ def cmd_tune(args) -> int:
         rows.append(_record_row(r, base_obj, config_changes(spec.baseline, r.config, spec.resources.gpu_budget)))
     print()
     print(_table(rows, ["trial", "state", "pred s", "meas s", "speed-up", "GPUs", "changes", "reason"]))
-    best = res.best
-    if best is not None and base_obj:
-        sp = base_obj / best.objective
+    best, won = res.best, res.status.best
+    if best is not None and won is not None:
+        # the status's figures (what `kubectl get` and `rltune report` show): the confirmation run's
+        # measurement when there is one, not the search trial's
+        how = "confirmed" if won.confirmed else "its trial, not confirmed"
         print(
-            f"\nwinner: {best.id} — {best.summary.step_time:.1f} s/step on {best.gpus} GPUs, "
-            f"{sp:.2f}x the baseline ({res.baseline.summary.step_time:.1f} s/step)"
+            f"\nwinner: {won.trial} — {won.step_seconds:.1f} s/step on {won.gpus} GPUs ({how}), "
+            f"{won.speedup:.2f}x the baseline ({res.baseline.summary.step_time:.1f} s/step)"
         )
         ch = config_changes(spec.baseline, best.config, spec.resources.gpu_budget)
         for k, (a, b) in ch.items():
@@ -271,6 +273,7 @@ def results_dict(ns, name, spec, res, mode) -> dict:
         "baseline": res.baseline.dump(),
         "trials": [r.dump() for r in res.trials],
         "best": res.best.id if res.best else None,
+        "winner": res.status.best.model_dump(by_alias=True) if res.status.best else None,
         "reason": res.reason,
         "forecastError": res.forecast_error,
         "profile": res.profile.dump() if res.profile is not None else None,

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -49,6 +51,9 @@ def test_tune_local_finds_a_faster_configuration(tmp_path):
     # the same lifecycle as the operator's: the winner was re-run as a confirmation trial
     assert [t["id"] for t in res["trials"] if t["id"].startswith("c")], res["trials"]
     assert res["best"] == m.group(1)
+    # the line prints the status's winner (the confirmation's measurement), as `rltune report` does
+    assert res["winner"]["trial"] == m.group(1) and res["winner"]["confirmed"], res["winner"]
+    assert float(m.group(2)) == pytest.approx(res["winner"]["speedup"], abs=0.005)
     best = next(t for t in res["trials"] if t["id"] == res["best"])
     assert best["state"] == "Succeeded" and all(g["passed"] for g in best["gates"].values())
     assert report.exists() and "rltune tuning report" in report.read_text()
