@@ -155,3 +155,18 @@ def test_index_values():
     assert snap["status"] == {"phase": "Running"}
     assert job_key("ns", {"rltune.io/job": "j"}) == ("ns", "j")
     assert job_key("ns", {}) is None and job_key(None, {"rltune.io/job": "j"}) is None
+
+
+def test_a_finished_trials_pods_go_before_the_new_trials_pods_come():
+    """The GPUs a new trial is given are a finished trial's: its pods are deleted before the new ones are
+    created, or for a moment both hold them (over gpuBudget; the bed's budget test saw 24 of 16 GPUs)."""
+    from rltune.api.status import Phase, RLTuningJobStatus
+    from rltune.tuner import lifecycle as L
+
+    cluster = RecordingCluster()
+    r = Reconciler(cluster, settings=settings())
+    body = job_body()
+    before = RLTuningJobStatus()
+    d = L.Decisions(status=before.model_copy(update={"phase": Phase.SEARCHING}), teardown=["t1"])
+    r._commit(body, before, d, [{"kind": "Pod", "metadata": {"name": "t2-0"}}], None)
+    assert cluster.calls.index("delete_trial t1") < cluster.calls.index("create Pod"), cluster.calls

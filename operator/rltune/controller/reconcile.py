@@ -469,13 +469,15 @@ class Reconciler:
                         log.info("%s/%s changed meanwhile; next tick", ns, name)
                         return
                     body = fresh
+        # finished trials' pods go first: the GPUs a new trial was given are theirs, and created first
+        # the new pods would hold them alongside for a moment (over gpuBudget until the delete lands)
+        for trial in dict.fromkeys(d.teardown):
+            self.cluster.delete_trial(ns, name, trial)
         for m in create:
             try:
                 self.cluster.create(m)
             except Exception as e:  # noqa: BLE001 - reported, retried next tick
                 log.warning("creating %s %s failed: %s", m["kind"], m["metadata"]["name"], e)
-        for trial in dict.fromkeys(d.teardown):
-            self.cluster.delete_trial(ns, name, trial)
         for _ in d.started:
             self.on_trial_started("trial")
         for state in d.finished:
