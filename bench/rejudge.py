@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "operator"))
 
-from bench.run import _init, expected_steps, select_jobs  # noqa: E402
+from bench.run import TIE, _init, expected_steps, not_behind, select_jobs  # noqa: E402
 from rltune.api.models import RLConfig, RLTuningJobSpec  # noqa: E402
 from rltune.tuner import baseline_record  # noqa: E402
 from rltune.tuner.records import objective_of  # noqa: E402
@@ -35,7 +35,6 @@ RESULTS = {
     "generated": ROOT / "bench" / "results-generated.json",
     "fresh": ROOT / "bench" / "results-fresh.json",
 }
-TIE = 0.005  # bench.run's "not behind (within 0.5%)"
 
 
 @dataclass
@@ -47,15 +46,17 @@ class Rejudged:
     medians: dict[str, float]
 
     @property
+    def best_rival(self) -> float:
+        return max(s for m, s in self.medians.items() if m != "rltune")
+
+    @property
     def not_behind(self) -> bool:
-        """rltune within TIE of the best rival (bench.run's verdict)."""
-        me = self.medians["rltune"]
-        return all(me >= s * (1.0 - TIE) for m, s in self.medians.items() if m != "rltune")
+        """bench.run's verdict: rltune within TIE of the best rival."""
+        return not_behind(self.medians["rltune"], self.best_rival)
 
     @property
     def ahead(self) -> bool:
-        me = self.medians["rltune"]
-        return all(me > s for m, s in self.medians.items() if m != "rltune")
+        return self.medians["rltune"] > self.best_rival
 
 
 def rejudge_job(job: dict, stored: dict, samples: int, budget: int) -> Rejudged:
