@@ -44,11 +44,11 @@ from .records import objective_of
 EXPLORE, EXPLORE_Z = 2, 1.0
 
 
-def _hopeful(tot: np.ndarray, hope: np.ndarray, top: int) -> list[int]:
-    """Indices of the EXPLORE rows best by their optimistic bound `hope` that the `top` best by
-    the median `tot` do not already hold."""
-    kept = set(np.argsort(tot)[:top].tolist())
-    return [int(i) for i in np.argsort(hope) if int(i) not in kept][:EXPLORE]
+def _hopeful(kept: np.ndarray, hope: np.ndarray) -> list[int]:
+    """Indices of the EXPLORE rows best by their optimistic bound `hope` among those not `kept`
+    (the `top` best by the median)."""
+    held = set(kept.tolist())
+    return [int(i) for i in np.argsort(hope) if int(i) not in held][:EXPLORE]
 
 
 def _uniq(xs: Iterable) -> list:
@@ -322,7 +322,7 @@ def candidates(
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
                 hope = fc.calibrated_total(("generation",), raws, feats, z=EXPLORE_Z)
-                pick += [rows[i] for i in _hopeful(tot, hope, top)]
+                pick += [rows[i] for i in _hopeful(order[:top], hope)]
                 # keep diversity in the memory dimension (colocated memory coupling) and the baseline half
                 lowmem = sorted(range(len(rows)), key=lambda i: (rows[i]["rollout.gpuMemoryUtilization"], tot[i]))[:2]
                 pick += [rows[i] for i in lowmem]
@@ -348,7 +348,7 @@ def candidates(
                 tot = fc.calibrated_total(phases, raws, feats)
                 order = np.argsort(tot)
                 pick = [rows[i] for i in order[:top]]
-                pick += [rows[i] for i in _hopeful(tot, fc.calibrated_total(phases, raws, feats, z=EXPLORE_Z), top)]
+                pick += [rows[i] for i in _hopeful(order[:top], fc.calibrated_total(phases, raws, feats, z=EXPLORE_Z))]
                 # smallest resident weights (colocated memory coupling)
                 pick += [
                     rows[i]
