@@ -767,6 +767,10 @@ class _Lifecycle:
             return
         bt = next(t for t in st.trials if t.id == best.id)
         if self.spec.budget.confirm_steps > 0:
+            # a refused confirmation re-enters here with the same reason: say it again only when
+            # search trials ran since the last confirmation, i.e. when the search ended anew
+            last = max((i for i, t in enumerate(st.trials) if t.kind == "confirm"), default=-1)
+            ended_anew = last < 0 or any(t.kind == "search" for t in st.trials[last + 1 :])
             cid = f"c{st.next_trial}"
             st.next_trial += 1
             self.add_trial(
@@ -779,7 +783,8 @@ class _Lifecycle:
                 of=bt.id,
             )
             # the confirmation's own message replaces this one at the end: say why the search ended now
-            self.info("SearchEnded", why)
+            if ended_anew:
+                self.info("SearchEnded", why)
             self.phase(
                 Phase.CONFIRMING,
                 f"confirming {bt.id} with {self.spec.budget.confirm_steps} steps; the search ended: {why}",
