@@ -750,6 +750,7 @@ def bench_job(
             "forecast_errors": ferr,  # per seed: the headline's sampling spread comes from these
             "stops": stops,
             "cost": _median_cost(costs),
+            "costs": costs,  # per seed: the cost headline's sampling spread comes from these
             "picks": picks,  # per k, per seed: the confirmed configuration judged (rescoring needs no rerun)
             "first_pick_failed": first_failed,  # per k: seeds whose first pick did not confirm
             "trial_gpu_h_at_headline": own_gpu_h,  # per seed: its trials' GPU-hours within the headline budget
@@ -907,6 +908,14 @@ def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> l
     if per_seed and all(per_seed):
         lo, hi = median_of_medians_interval(per_seed)
         ferr_ci = f"; 90% seed-bootstrap interval {lo:.1%}-{hi:.1%}"
+    cost_ci = {"share": "", "payback_steps": ""}
+    seed_costs = [r["methods"]["rltune"].get("costs") for r in results]
+    if seed_costs and all(seed_costs):
+        for key, fmt in (("share", "{:.1%}"), ("payback_steps", "{:.0f}")):
+            vals = [[c[key] for c in cs if c.get(key) is not None] for cs in seed_costs]
+            if all(vals):
+                lo, hi = median_of_medians_interval(vals)
+                cost_ci[key] = f" (90% seed-bootstrap interval {fmt.format(lo)}-{fmt.format(hi)})"
     n = len(results)
     lines += [
         "",
@@ -916,9 +925,9 @@ def render(results: list[dict], budgets: list[int], seeds: int, title: str) -> l
         "median / by mean over seeds): "
         + ", ".join(f"{x} {beats[x][0]}/{n} / {beats[x][1]}/{n}" for x in rivals)
         + f". Forecaster median |error| {statistics.median(ferrs):.1%} (median over jobs of each job's median over "
-        f"its trials{ferr_ci}). Tuning cost: median {_pct(statistics.median(shares)) if shares else '-'} of the "
-        f"GPU-hours the pick saves over 500 steps, paid back after a median "
-        + (f"{statistics.median(paybacks):.0f} steps." if paybacks else "- steps."),
+        f"its trials{ferr_ci}). Tuning cost: median {_pct(statistics.median(shares)) if shares else '-'}"
+        f"{cost_ci['share']} of the GPU-hours the pick saves over 500 steps, paid back after a median "
+        + (f"{statistics.median(paybacks):.0f}{cost_ci['payback_steps']} steps." if paybacks else "- steps."),
     ]
     if equal:
         lines.append(

@@ -1,5 +1,6 @@
-"""The benchmark's headline forecast error comes with its seed-sampling interval."""
+"""The benchmark's headline forecast error and tuning cost come with their seed-sampling intervals."""
 
+import json
 import sys
 from pathlib import Path
 
@@ -25,3 +26,24 @@ def test_interval_brackets_the_median_and_narrows_with_more_seeds():
 def test_identical_seeds_give_a_point_interval():
     lo, hi = median_of_medians_interval([[0.04] * 10, [0.06] * 10, [0.05] * 10])
     assert lo == hi == 0.05
+
+
+def test_the_cost_headline_carries_its_interval_from_the_per_seed_costs():
+    import copy
+    import re
+
+    from bench.run import _int_keys, render
+
+    path = Path(__file__).resolve().parents[2] / "bench" / "results-generated.json"
+    stored = _int_keys(json.loads(path.read_text()))
+    text = "\n".join(render(stored, [4, 8, 16], 10, "generated"))
+    m = re.search(r"Tuning cost: median ([0-9.]+)% \(90% seed-bootstrap interval ([0-9.]+)%-([0-9.]+)%\)", text)
+    assert m, text[-600:]
+    point, lo, hi = map(float, m.groups())
+    assert lo <= point <= hi and lo < hi
+    # without per-seed costs (JSONs written before they were kept) the line has no interval
+    old = copy.deepcopy(stored)
+    for r in old:
+        r["methods"]["rltune"].pop("costs")
+    cost_line = "\n".join(render(old, [4, 8, 16], 10, "generated")).split("Tuning cost: median")[1]
+    assert "seed-bootstrap interval" not in cost_line.split("\n")[0]
