@@ -85,9 +85,13 @@ def test_the_search_offers_etp_1_for_moe_models_only_once_per_layout():
     base = {k: v for k, v in sp.base.items() if k.startswith("trainer.")}
     assert sp.trainer_valid(base | {"trainer.tp": 2, "trainer.etp": 1}, 32) is None
     assert sp.trainer_valid(base | {"trainer.tp": 1, "trainer.etp": None}, 32) is None
-    # TP1 ETP1 is TP1 with ETP unset: one layout, enumerated once
-    assert "unset default" in sp.trainer_valid(base | {"trainer.tp": 1, "trainer.etp": 1}, 32)
-    assert "unset default" in sp.trainer_valid(base | {"trainer.etp": 2}, 32)
+    # TP1 ETP1 is TP1 with ETP unset: one layout, enumerated once, in the form RLConfig keeps
+    halves = sp.halves(("trainer.tp", "trainer.etp"))
+    pairs = [(h["trainer.tp"], h["trainer.etp"]) for h in halves]
+    assert (1, 1) not in pairs and pairs.count((1, None)) == 1 and (2, 1) in pairs and (2, None) in pairs
+    assert len(pairs) == len(set(pairs)) == 2 * len(sp.values["trainer.tp"]) - 1
+    one, other = sp.base | {"trainer.tp": 1, "trainer.etp": 1}, sp.base | {"trainer.tp": 1, "trainer.etp": None}
+    assert sp.config_key(one) == sp.config_key(other)
     assert "EP*ETP 16" in sp.trainer_valid(base | {"trainer.tp": 2}, 24)
     assert sp.trainer_valid(base | {"trainer.tp": 2, "trainer.etp": 1}, 24) is None
     dense = Space(job(workload={"framework": "twin", "model": {"preset": "qwen3-32b"}, "task": {"kind": "math"}}))

@@ -36,6 +36,28 @@ def test_only_valid_configuration_is_found():
     assert t2.done() == (True, "search space exhausted")
 
 
+def test_a_layout_spelled_two_ways_is_tried_once():
+    """trainer.etp [1] beside trainer.tp 1 names TP1 with expert TP unset, the form RLConfig keeps:
+    once it ran (and was stored unset) the search must not propose it again, nor forecast it as an
+    unmeasured knob value (seen on a generated job: the same layout tried 9 times in a row)."""
+    frozen = [k for k in ALL_KNOBS if k not in ("trainer.tp", "trainer.etp")]
+    spec = job(searchSpace={"knobs": {"trainer.tp": [1, 2], "trainer.etp": [1]}, "frozen": frozen})
+    base = _base(spec)
+    t = Tuner(spec, base, [])
+    layouts = {(h["trainer.tp"], h["trainer.etp"]) for h in t.space.halves(("trainer.tp", "trainer.etp"))}
+    assert (1, 1) not in layouts and (1, None) in layouts
+    hist = []
+    for i in range(4):
+        props = Tuner(spec, base, hist).propose(1, 32)
+        if not props:
+            break
+        rec = t.record_for(f"t{i + 1}", props[0])
+        hist.append(t.judge(rec, summarize(steps(dict(PH, training=150.0 - 5 * i), seed=i))))
+    keys = [r.config.key() for r in hist]
+    assert len(keys) == len(set(keys)) == 2, keys  # TP1 (ETP unset) and TP2 ETP1; the baseline is TP2
+    assert Tuner(spec, base, hist).done() == (True, "search space exhausted")
+
+
 def test_failed_configuration_is_never_proposed_twice():
     spec = job()
     base = _base(spec)

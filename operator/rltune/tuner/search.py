@@ -159,8 +159,6 @@ class Space:
             return f"tp*pp*cp={tp * pp * cp} does not divide {gt} trainer GPUs"
         etp = t.get("trainer.etp")
         if self.model.is_moe:
-            if etp is not None and etp == tp and None in self.values["trainer.etp"]:
-                return f"etp {etp} equal to tp is the unset default"
             etp = physics.expert_tp(t)
             if self.model.experts % ep:
                 return f"EP {ep} does not divide {self.model.experts} experts"
@@ -215,7 +213,11 @@ class Space:
         return found[0] if found else None
 
     def halves(self, names: tuple[str, ...]) -> list[dict]:
-        return [dict(zip(names, combo)) for combo in itertools.product(*(self.values[n] for n in names))]
+        """Every combination of the named knobs' values, each in its canonical form (`canonical`),
+        once: two spellings of one layout would be forecast and tried as two configurations."""
+        return _uniq(
+            canonical(dict(zip(names, combo))) for combo in itertools.product(*(self.values[n] for n in names))
+        )
 
     def size(self) -> int:
         """Configurations in the (unpruned) product, for display."""
@@ -427,10 +429,21 @@ def _ncdf(z):
     return 0.5 * (1.0 + np.vectorize(math.erf)(np.asarray(z) / math.sqrt(2.0)))
 
 
+def canonical(k: dict) -> dict:
+    """The flat knobs in the one form RLConfig keeps (api.models.TrainerKnobs): an expert TP equal
+    to the dense TP is Megatron's default, unset. A search space listing trainer.etp [1] beside
+    trainer.tp 1 names the unset layout: without this the search forecast it as an unmeasured knob
+    value and proposed it again after every trial of it (the trial ran, and was stored, unset)."""
+    if k.get("trainer.etp") is not None and k.get("trainer.etp") == k.get("trainer.tp"):
+        return k | {"trainer.etp": None}
+    return k
+
+
 def flat_key(k: dict, budget: int, gpn: int) -> str:
     """Identity of a configuration (flat knobs) for de-duplication: gpus=None means the budget,
-    a disaggregated split of None means the default split, colocated has no split."""
-    kk = {p: v for p, v in k.items() if p != "cpu" and not (p in CPU_KNOBS and v is None)}
+    a disaggregated split of None means the default split, colocated has no split, and the knobs
+    are compared in their canonical form."""
+    kk = {p: v for p, v in canonical(k).items() if p != "cpu" and not (p in CPU_KNOBS and v is None)}
     if kk.get("gpus") in (None, budget):
         kk["gpus"] = None
     if kk.get("placement") == "colocated":
