@@ -58,6 +58,29 @@ def test_a_layout_spelled_two_ways_is_tried_once():
     assert Tuner(spec, base, hist).done() == (True, "search space exhausted")
 
 
+def test_every_configuration_the_search_enumerates_is_in_the_form_rlconfig_keeps():
+    """The invariant behind the test above, over the generated jobs' spaces (other models, GPUs and
+    knob lists): a configuration's identity must survive RLConfig's validators, or a trial's stored
+    config never matches the candidate that proposed it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from bench.jobs import generated_jobs
+    from bench.run import enumerate_space
+
+    from rltune.api.models import RLTuningJobSpec
+
+    checked = 0
+    for j in generated_jobs():
+        sp = Space(RLTuningJobSpec.model_validate(j["spec"]))
+        ks = enumerate_space(sp)
+        for k in ks[:: max(1, len(ks) // 150)]:
+            assert sp.config_key(k) == sp.config_key(sp.config(k).flat()), (j["metadata"]["name"], k)
+            checked += 1
+    assert checked > 1000
+
+
 def test_failed_configuration_is_never_proposed_twice():
     spec = job()
     base = _base(spec)
