@@ -540,11 +540,15 @@ class TrainerKnobs(CamelModel):
     )
     offload: bool = Field(False, description="Offload optimizer state and parameters to host memory.")
 
+    @staticmethod
+    def kept_etp(tp: Optional[int], etp: Optional[int]) -> Optional[int]:
+        """One layout, one form: an expert TP equal to the dense TP is Megatron's default (unset).
+        The search's identity of a configuration uses it too (tuner.search.canonical)."""
+        return None if etp is not None and etp == tp else etp
+
     @model_validator(mode="after")
     def _etp_default(self) -> "TrainerKnobs":
-        """One layout, one form: an expert TP equal to the dense TP is Megatron's default (unset)."""
-        if self.etp is not None and self.etp == self.tp:
-            self.etp = None
+        self.etp = self.kept_etp(self.tp, self.etp)
         return self
 
     @property

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..adapters.registry import adapter_for, coverage
 from ..adapters.registry import problems as framework_problems
-from ..api.models import ModelArch, RLConfig, RLTuningJobSpec
+from ..api.models import ModelArch, RLConfig, RLTuningJobSpec, TrainerKnobs
 from . import physics
 from .forecast import Forecaster, features
 from .knobs import BY_PATH, CATALOG, CPU_KNOBS, MAX_REPLICA_NODES, ROLLOUT_KNOBS, TRAINER_KNOBS
@@ -430,13 +430,13 @@ def _ncdf(z):
 
 
 def canonical(k: dict) -> dict:
-    """The flat knobs in the one form RLConfig keeps (api.models.TrainerKnobs): an expert TP equal
+    """The flat knobs in the one form RLConfig keeps (api.models.TrainerKnobs.kept_etp): an expert TP equal
     to the dense TP is Megatron's default, unset. A search space listing trainer.etp [1] beside
     trainer.tp 1 names the unset layout: without this the search forecast it as an unmeasured knob
     value and proposed it again after every trial of it (the trial ran, and was stored, unset)."""
-    if k.get("trainer.etp") is not None and k.get("trainer.etp") == k.get("trainer.tp"):
-        return k | {"trainer.etp": None}
-    return k
+    etp = k.get("trainer.etp")
+    kept = TrainerKnobs.kept_etp(k.get("trainer.tp"), etp)
+    return k if kept == etp else k | {"trainer.etp": kept}
 
 
 def flat_key(k: dict, budget: int, gpn: int) -> str:
