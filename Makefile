@@ -2,7 +2,7 @@
 PY ?= .venv/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-published bench-load
+.PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-first-forecast bench-api-rate bench-gates bench-published bench-load
 
 help:
 	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-published bench-load"
@@ -51,6 +51,10 @@ bench:
 # the forecaster's error per trial index over 20 seeds (~15 min): judge forecaster changes here
 bench-forecast:
 	$(PY) -m bench.forecast
+
+# the forecast before any trial, per job and rollout regime (stream / drain), against the twin (~2 min)
+bench-first-forecast:
+	$(PY) -m bench.first_forecast $(BENCH_FIRST_FORECAST_ARGS)
 
 # the quality gates' catch rate on injected regressions and false alarms on healthy twin trials
 # (~1 min; out/bench-gates.json; docs/tuner.md)
