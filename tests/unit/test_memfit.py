@@ -128,6 +128,14 @@ def test_a_forecast_says_what_it_extrapolates():
     ex = fc.predict(moved).extrapolation
     assert "rollout.tp=4" in ex and "async.staleness=1" in ex
     assert Forecaster(spec).predict(base).extrapolation == "no measurement yet"
+    # partial rollout measured only as a drain (staleness 0) has not shown a stream
+    drain = base.with_knobs({"async.partialRollout": True})
+    stream = base.with_knobs({"async.partialRollout": True, "async.staleness": 1})
+    fc2 = Forecaster(spec, [(base, summarize(steps(PH))), (drain, summarize(steps(PH)))])
+    assert "streaming rollout" in fc2.predict(stream).extrapolation
+    assert "streaming rollout" not in fc2.predict(drain).extrapolation
+    fc3 = Forecaster(spec, [(base, summarize(steps(PH))), (stream, summarize(steps(PH)))])
+    assert "streaming rollout" not in fc3.predict(stream.with_knobs({"rollout.tp": 4})).extrapolation
     # and a proposal carries it
     t = Tuner(spec, baseline_record(spec, summarize(steps(PH))), [])
     assert all(isinstance(p.extrapolation, str) for p in t.propose(2, 32))

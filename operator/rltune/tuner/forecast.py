@@ -543,12 +543,17 @@ class Forecaster:
 
     def extrapolation(self, f: dict, p_fit: float = 1.0) -> str:
         """What a forecast rests on that no measurement has shown: knob values never measured
-        (their corrections are the prior's) and memory beyond what any trial proved."""
+        (their corrections are the prior's), a streaming rollout when none has been measured (what
+        a draining baseline teaches does not carry over to a stream: docs/benchmark.md 'What the
+        first streaming forecast misses'), and memory beyond what any trial proved."""
         if not self.obs:
             return "no measurement yet"
         new = [f"{kn}={f[kn]}" for kn in ALL_KNOBS_C if not kn.startswith("c:") and (kn, f.get(kn)) not in self.seen]
+        if f.get("c:partial") and ("c:partial", True) not in self.seen:
+            new.append("streaming rollout (partial rollout with staleness >= 1)")
         if p_fit < 1.0:
-            new.append(f"memory fit p={p_fit:.2f}")
+            # (a probability that rounds to 1 still says the fit is not proven)
+            new.append(f"memory fit p={p_fit:.2f}" if p_fit < 0.995 else "memory fit p>0.99")
         return ", ".join(new)
 
 
