@@ -5,7 +5,7 @@ PYTEST_ARGS ?=
 .PHONY: help setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-first-forecast bench-api-rate bench-gates bench-published bench-load
 
 help:
-	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-api-rate bench-gates bench-published bench-load"
+	@echo "targets: setup setup-real binaries cluster-up cluster-down cluster-status kubeconfig test lint demo demo-down crd bench bench-forecast bench-first-forecast bench-api-rate bench-gates bench-published bench-load"
 
 setup:               ## install what the bed and demo need (apt, Go builds, .venv); idempotent
 	hack/setup.sh
