@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT / "operator"))
 from bench.run import enumerate_space, measured_baseline, select_jobs  # noqa: E402
 from rltune import twin  # noqa: E402
 from rltune.api.models import RLTuningJobSpec  # noqa: E402
+from rltune.tuner import physics  # noqa: E402
 from rltune.tuner.core import Tuner  # noqa: E402
 
 REGIMES = ("stream", "drain")
@@ -47,7 +48,7 @@ class Miss:
 
 def regime_of(k: dict) -> str:
     """The rollout regime: "stream" when partial rollout streams (it needs staleness >= 1), else "drain"."""
-    return "stream" if k["async.partialRollout"] and k["async.staleness"] >= 1 else "drain"
+    return "stream" if physics.streams(k) else "drain"
 
 
 def job_misses(job: dict, per: int, seed: int = 1) -> list[Miss]:

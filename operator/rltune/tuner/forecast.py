@@ -119,7 +119,7 @@ def features(k: dict, gpus: int, gt: int, gr: int, preempt: float = 0.0) -> dict
     """A configuration (flat knobs, its GPU split) as the forecaster sees it: the catalog's feature
     encodings (ALL_FEATS), the knob values its corrections read, the derived quantities and the
     mechanism terms (`preempt`: the physics' RolloutPart.preempt_log)."""
-    partial = bool(k["async.partialRollout"] and k["async.staleness"] >= 1)  # partial rollout streams
+    partial = physics.streams(k)
     eff = k | {"async.partialRollout": partial}
     enc = {f: fn(eff[kn.path]) for kn in CATALOG for f, fn in kn.features.items()}
     return (
@@ -318,7 +318,7 @@ class Forecaster:
         cfg, s = self.obs[0]
         k = cfg.flat()
         measured = s.phases.get("tool", 0.0)
-        if measured <= 0.0 or tf.tool_s <= 0.0 or (k["async.partialRollout"] and k["async.staleness"] >= 1):
+        if measured <= 0.0 or tf.tool_s <= 0.0 or physics.streams(k):
             return tf  # a streaming rollout does not drain: its tool idle says little about the latency
 
         def tool_at(lat: float) -> tuple[physics.TaskFacts, float]:

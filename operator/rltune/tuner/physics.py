@@ -713,7 +713,6 @@ def breakdown(
     gpus, gt, gr = split(k, budget, gpus_per_node)
     if gr < 1:
         return Breakdown({}, False, "no rollout GPUs left")
-    stale = k["async.staleness"]
     ro = rollout_part(
         mf,
         tf,
@@ -726,7 +725,7 @@ def breakdown(
         k["rollout.maxNumBatchedTokens"],
         k["rollout.cudaGraphs"],
         k["rollout.fp8"],
-        bool(k["async.partialRollout"] and stale >= 1),
+        streams(k),
         g.nvlink_reach(gpus_per_node),
     )
     tr = trainer_of(mf, tf, gpu_type, gt, k)
@@ -799,6 +798,12 @@ MINI_BATCHES = 4
 
 # The sides of a step as compose adds or overlaps them: the rollout, the trainer's passes, the sync.
 STEP_SIDES = (("generation",), ("old_logprob", "ref_logprob", "training"), ("weight_sync",))
+
+
+def streams(k: dict) -> bool:
+    """Whether the rollout streams (`k` = RLConfig.flat()): partial rollout carries unfinished samples
+    into the next step only when the trainer may lag (staleness >= 1); at staleness 0 it drains."""
+    return bool(k["async.partialRollout"] and k["async.staleness"] >= 1)
 
 
 def overlapped(k: dict) -> bool:

@@ -291,7 +291,7 @@ def candidates(
         _, gt, gr = physics.split(ko, space.budget, space.gpn)
         if gr < 1 or gt < 1:
             continue
-        partial = bool(o["async.partialRollout"] and o["async.staleness"] >= 1)
+        partial = physics.streams(o)
         rkey = (gr, o["async.staleness"], partial)
         if rkey not in best_r:
             rows, feats, raws = [], [], []
