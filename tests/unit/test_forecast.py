@@ -155,7 +155,7 @@ def test_a_measured_configuration_widens_the_memory_model():
     tight = RLConfig.model_validate(
         {
             "gpus": 32,
-            "trainer": {"tp": 2, "ep": 4, "recompute": "none", "microBatchTokens": 32768},
+            "trainer": {"tp": 2, "ep": 4, "recompute": "none", "microBatchTokens": 40960},
             "rollout": {"tp": 4, "gpuMemoryUtilization": 0.5},
         }
     )

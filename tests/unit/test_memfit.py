@@ -31,7 +31,7 @@ def _tight():
     return RLConfig.model_validate(
         {
             "gpus": 32,
-            "trainer": {"tp": 2, "ep": 4, "recompute": "none", "microBatchTokens": 32768},
+            "trainer": {"tp": 2, "ep": 4, "recompute": "none", "microBatchTokens": 38912},
             "rollout": {"tp": 4, "gpuMemoryUtilization": 0.5},
         }
     )
@@ -44,8 +44,8 @@ def test_just_beyond_the_physics_limit_is_a_risk_not_a_verdict():
     bd = fc.raw(tight.flat())
     assert bd.memory and bd.trainer_mem_frac > fc.limits.trainer_max  # the physics' hard cut said no
     p = fc.predict(tight)
-    if bd.trainer_mem_frac < fc.limits.trainer_max + 3 * MEM_SD:
-        assert p.feasible and P_FIT_MIN <= p.p_fit < 0.5 and "memory fit" in p.extrapolation
+    assert bd.trainer_mem_frac < fc.limits.trainer_max + 3 * MEM_SD  # ... by less than 3 sd
+    assert p.feasible and P_FIT_MIN <= p.p_fit < 0.5  # a risk the search may take, not a verdict
     # far beyond it stays out
     huge = tight.with_knobs({"trainer.tp": 1, "trainer.ep": 1, "trainer.microBatchTokens": 131072})
     ph = fc.predict(huge)
@@ -116,7 +116,32 @@ def test_tool_wait_the_spec_leaves_out_is_learned_from_the_baseline():
     assert abs(raw - s.phases["tool"]) <= 0.05 * s.phases["tool"]
     # a spec that states the latency is taken at its word
     stated = _agentic_job(toolLatencySeconds=10.0)
-    assert Forecaster(stated, [(b0.config, s)]).learned == {}
+    assert "toolLatencySeconds" not in Forecaster(stated, [(b0.config, s)]).learned
+
+
+def test_trainer_memory_is_sized_and_scaled_by_what_the_trials_measured():
+    """The baseline's measured trainer peak and longest sequence: every layout is sized for the
+    sequence the trials train (an agentic episode fills the context every step), and the measured
+    recompute mode's coefficients are scaled so the baseline's own forecast is its measurement; a
+    mode no trial ran keeps the physics' coefficients, at the measured length."""
+    from rltune import twin
+    from rltune.api.models import trial_spec_for
+
+    spec = _agentic_job(toolLatencySeconds=10.0)
+    b0 = baseline_record(spec)
+    s = summarize(twin.simulate_trial(trial_spec_for("t", "j", "baseline", spec, b0.config, 4, 1, seed=3)))
+    mode = b0.config.trainer.recompute
+    assert s.trainer_memory_max > 0 and s.longest_sequence_max > b0.config.trainer.micro_batch_tokens
+    prior, fc = Forecaster(spec), Forecaster(spec, [(b0.config, s)])
+    assert fc.learned["trainedSequenceTokens"] == round(s.longest_sequence_max)
+    assert f"activationScale.{mode}" in fc.learned
+    k = b0.config.flat()
+    assert abs(fc.raw(k).trainer_mem_frac - s.trainer_memory_max) <= 0.01 * s.trainer_memory_max
+    assert abs(prior.raw(k).trainer_mem_frac - s.trainer_memory_max) > 0.05 * s.trainer_memory_max
+    other = "selective" if mode != "selective" else "full"
+    kk = b0.config.with_knobs({"trainer.recompute": other}).flat()
+    # unmeasured mode: the physics' own coefficients, for the longest sequence the trials trained
+    assert fc.raw(kk).trainer_mem_frac > prior.raw(kk).trainer_mem_frac
 
 
 def test_a_forecast_says_what_it_extrapolates():

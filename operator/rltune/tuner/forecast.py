@@ -74,6 +74,9 @@ SIDE = {
 MECHANISM_SD = 1.0
 # Rows whose rollout the preemption term slows by more than this (log) do not set the bulk/tail split.
 PREEMPT_SPLIT_MAX = 0.05
+# the measured / physics trainer activations a trial can teach (Forecaster._learn_trainer_memory)
+# stay within this factor either way: beyond it the measurement is more likely wrong than the physics
+ACT_SCALE_MAX = 8.0
 # Besides the knobs, the corrections see quantities derived from several knobs: the rollout and
 # trainer GPU counts (c:gr, c:gt), whether partial rollout streams (c:partial: it needs staleness
 # >= 1) and the GPU count (c:gpus). Their priors per side:
@@ -264,6 +267,7 @@ class Forecaster:
         self.limits = physics.DEFAULT_LIMITS
         self.learned: dict[str, float] = {}  # task facts the spec left out, learned from measurements
         self.task = self._learn_tool_latency(spec, self.task)
+        self.task = self._learn_trainer_memory(self.task)
         # what ran proves it fits: widen the memory limits to every measured configuration
         lim = dict(
             trainer_max=physics.DEFAULT_LIMITS.trainer_max,
@@ -338,6 +342,43 @@ class Forecaster:
             t1, y1 = tool_at(x1)
         self.learned["toolLatencySeconds"] = round(x1, 2)
         return t1
+
+    def _learn_trainer_memory(self, tf: physics.TaskFacts) -> physics.TaskFacts:
+        """The trainer's memory as the trials measured it. The physics sizes activations for one
+        micro-batch, but a sequence is never split, so a trial's peak follows the longest sequence
+        it trained (an agentic episode that fills the context every step): size every layout for
+        the longest the trials saw. And the physics' per-token activation and logit coefficients
+        are estimates (docs/benchmark.md 'Sizing trainer memory by the longest sequence'): scale
+        them, per recompute mode, by what the trials of that mode measured (their peak less the
+        physics' model state and working reserve), so that a layout is judged by the same measure
+        that ran: the baseline's forecast is its measured peak. A mode no trial ran keeps the
+        physics' coefficients, at the measured length."""
+        seen = max((s.longest_sequence_max for _, s in self.obs), default=0.0)
+        if seen <= 0.0:
+            return tf
+        logs: dict[str, list[float]] = {}
+        for cfg, s in self.obs:
+            if s.trainer_memory_max <= 0.0 or s.longest_sequence_max <= 0.0:
+                continue
+            k = cfg.flat()
+            at = physics.trainer_memory_at(
+                self.model, tf, self.gpu_type, self.gpn, k, self.budget, s.longest_sequence_max
+            )
+            if at is None or at.activations <= 0.0:
+                continue
+            grown = s.trainer_memory_max - (at.total - at.activations)
+            if grown > 0.0:
+                logs.setdefault(k["trainer.recompute"], []).append(math.log(grown / at.activations))
+        scales = tuple(
+            sorted(
+                (mode, round(min(max(math.exp(float(np.mean(v))), 1 / ACT_SCALE_MAX), ACT_SCALE_MAX), 3))
+                for mode, v in logs.items()
+            )
+        )
+        for mode, x in scales:
+            self.learned[f"activationScale.{mode}"] = x
+        self.learned["trainedSequenceTokens"] = round(seen)
+        return dataclasses.replace(tf, train_seq=float(seen), activation_scale=scales)
 
     # ------------------------------------------------------------------ physics
     def raw(self, k: dict) -> physics.Breakdown:

@@ -181,6 +181,16 @@ class TaskFacts:
     # what trainer.offload is in the job's framework (offload_swaps): verl swaps the state between
     # phases and steps Adam on the GPU; otherwise DeepSpeed-style CPU Adam every optimizer step
     offload_swap: bool = False
+    # the trainer's memory as the job's trials measured it (Forecaster._learn_trainer_memory): the
+    # longest sequence they trained (memory is sized for it: a sequence is never split across
+    # micro-batches) and, per recompute mode a trial ran, measured / physics activations and logits
+    train_seq: float = 0.0
+    activation_scale: tuple[tuple[str, float], ...] = ()
+
+
+def activation_scale(tf: TaskFacts, recompute: str) -> float:
+    """Measured / physics activations and logits for a recompute mode (1: no trial ran it)."""
+    return dict(tf.activation_scale).get(recompute, 1.0)
 
 
 def task_facts(t: TaskSpec) -> TaskFacts:
@@ -622,10 +632,13 @@ def trainer_part(
     if offload and not cpu_adam:
         # the swapped state beyond the bf16 weights goes to the GPU and back once per step over PCIe
         train += 2.0 * (state - weights) / SWAP_PCIE_BYTES_S
-    s = max(mbt, seq_tokens) / cp
+    s = max(mbt, seq_tokens or tf.train_seq) / cp
     h = mf.hidden
+    # Korthikanti et al.'s 5·a·s² attention scores are not stored: flash attention recomputes them in
+    # the backward (memory linear in the sequence; docs/references.md), so no recompute stores what
+    # selective recompute does
     per_layer = {
-        "none": 34.0 * s * h / tp + 5.0 * mf.heads * s * min(s, seq) / tp * 0.1,
+        "none": 34.0 * s * h / tp,
         "selective": 34.0 * s * h / tp,
         "full": 2.0 * s * h,
     }[recompute]
@@ -633,9 +646,10 @@ def trainer_part(
     if recompute == "full":
         act += 34.0 * s * h / tp
     logits = s * mf.vocab * 6.0 / tp
-    mem = state + act + logits + TRAINER_TEMP_BYTES
+    grows = (act + logits) * activation_scale(tf, recompute)
+    mem = state + grows + TRAINER_TEMP_BYTES
     frac = mem / g.hbm_bytes  # memory feasibility is judged by the caller (MemLimits)
-    return TrainerPart(old, ref, train, True, "", frac, weights, state / g.hbm_bytes, (act + logits) / g.hbm_bytes)
+    return TrainerPart(old, ref, train, True, "", frac, weights, state / g.hbm_bytes, grows / g.hbm_bytes)
 
 
 # ------------------------------------------------------------------------------------ sync
