@@ -73,6 +73,8 @@ def test_render_canonical():
     """rltune's own workloads: the changed knobs as sorted canonical path=value (frameworks: adapters)."""
     out = render_overrides("twin", {"rollout.maxNumSeqs": 512, "rollout.cudaGraphs": True})
     assert out == ["rollout.cudaGraphs=true", "rollout.maxNumSeqs=512"]
+    # a knob the winner leaves unset (its default) is written as YAML writes it, not as Python's None
+    assert render_overrides("twin", {"trainer.etp": None}) == ["trainer.etp=null"]
 
 
 def test_promql_selector():

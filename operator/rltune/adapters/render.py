@@ -11,6 +11,8 @@ from typing import Any
 
 
 def _v(v: Any) -> str:
+    if v is None:  # the knob is unset in the winner (its default: e.g. trainer.etp = the dense TP)
+        return "null"
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (dict, list)):
@@ -19,6 +21,6 @@ def _v(v: Any) -> str:
 
 
 def render_overrides(framework: str, changes: dict[str, Any]) -> list[str]:
-    """The changed canonical knobs as sorted `path=value` strings (the twin's and the reference loop's
-    own override syntax: `rltune tune --set path=value`)."""
+    """The changed canonical knobs as sorted `path=value` strings, values as the job's YAML writes
+    them (`null` unsets a knob): what to change in `spec.baseline` to run the winner."""
     return [f"{k}={_v(changes[k])}" for k in sorted(changes)]
