@@ -634,17 +634,14 @@ def trainer_part(
         train += 2.0 * (state - weights) / SWAP_PCIE_BYTES_S
     s = max(mbt, seq_tokens or tf.train_seq) / cp
     h = mf.hidden
-    # Korthikanti et al.'s 5·a·s² attention scores are not stored: flash attention recomputes them in
-    # the backward (memory linear in the sequence; docs/references.md), so no recompute stores what
-    # selective recompute does
-    per_layer = {
-        "none": 34.0 * s * h / tp,
-        "selective": 34.0 * s * h / tp,
-        "full": 2.0 * s * h,
-    }[recompute]
+    # a layer's stored activations (Korthikanti et al.'s 34·s·h/t); their 5·a·s² attention scores are
+    # not stored: flash attention recomputes them in the backward (memory linear in the sequence;
+    # docs/references.md), so no recompute stores what selective recompute does
+    layer = 34.0 * s * h / tp
+    per_layer = layer if recompute != "full" else 2.0 * s * h
     act = mf.layers * per_layer * (1.3 if mf.moe_layers else 1.0)
     if recompute == "full":
-        act += 34.0 * s * h / tp
+        act += layer  # the one layer being recomputed holds its activations
     logits = s * mf.vocab * 6.0 / tp
     grows = (act + logits) * activation_scale(tf, recompute)
     mem = state + grows + TRAINER_TEMP_BYTES
