@@ -52,12 +52,13 @@ def items(bed, ns: str, kind: str, selector: str | None = None) -> list[dict]:
 
 def entrypoint(nodes: int, gpus: int) -> str:
     # one line: KubeRay pastes it into the submitter's bash command line, Ray runs it with a shell.
-    # It waits (up to 2 min) for the worker to join: the bed runs no readiness probes, so a pod is
-    # Ready (and KubeRay submits) as soon as its container started, before its raylet registered.
+    # It waits (up to 5 min, for a loaded CI machine) for the worker to join: the bed runs no readiness
+    # probes, so a pod is Ready (and KubeRay submits) as soon as its container started, before its
+    # raylet registered.
     return (
         'python -c "import ray, time; ray.init(); '
         "n_alive = lambda: len([n for n in ray.nodes() if n['Alive']]); "
-        f"next((i for i in range(120) if n_alive() >= {nodes} or time.sleep(1)), None); "
+        f"next((i for i in range(300) if n_alive() >= {nodes} or time.sleep(1)), None); "
         "alive = [n for n in ray.nodes() if n['Alive']]; "
         f"assert len(alive) == {nodes}, alive; "
         "ips = sorted(n['NodeManagerAddress'] for n in alive); "
@@ -99,6 +100,10 @@ def rayjob(name: str, gpu_worker: bool) -> dict:
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": 0,
             "activeDeadlineSeconds": 600,
+            # the bed runs no readiness probes: KubeRay submits once the head container started, before
+            # its dashboard listens, and each early submitter pod fails to connect. KubeRay's default 2
+            # retries (10 s + 20 s of Job back-off) can run out on a loaded machine; 6 span ~5 min
+            "submitterConfig": {"backoffLimit": 6},
             "rayClusterSpec": {
                 "rayVersion": "2.55.0",
                 "headGroupSpec": {
@@ -125,9 +130,16 @@ def rayjob(name: str, gpu_worker: bool) -> dict:
     }
 
 
-def run_rayjob(bed, ns: str, name: str, gpu_worker: bool) -> None:
+def run_rayjob(bed, ns: str, name: str, gpu_worker: bool, queue: str | None = None) -> dict:
+    """Run a RayJob to Complete and check what ran; with `queue`, it names that Kueue LocalQueue and
+    must be created suspended (Kueue's webhook holds it until admission). Returns its last status."""
     t0 = time.time()
-    kubectl(bed, "-n", ns, "apply", "-f", "-", stdin=yaml.safe_dump(rayjob(name, gpu_worker)))
+    rj = rayjob(name, gpu_worker)
+    if queue:
+        rj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
+    created = json.loads(kubectl(bed, "-n", ns, "create", "-o", "json", "-f", "-", stdin=yaml.safe_dump(rj)).stdout)
+    if queue:
+        assert created["spec"]["suspend"] is True, created["spec"]  # suspended until Kueue admits it
     seen_pods: dict[str, dict] = {}  # name -> last seen pod (they are gone at the end)
     cluster = None
 
@@ -143,7 +155,7 @@ def run_rayjob(bed, ns: str, name: str, gpu_worker: bool) -> None:
         return st.get("jobDeploymentStatus") == "Complete"
 
     try:
-        bedlib.wait_for(finished, 420, interval=2.0, what=f"RayJob {ns}/{name} Complete")
+        bedlib.wait_for(finished, 600, interval=2.0, what=f"RayJob {ns}/{name} Complete")
     except Exception:
         pytest.fail(f"RayJob {name} did not complete:\n{diagnose(bed, ns, seen_pods)}")
     st = get(bed, ns, "rayjob", name)["status"]
@@ -189,6 +201,7 @@ def run_rayjob(bed, ns: str, name: str, gpu_worker: bool) -> None:
         f"\nRayJob {name} ({'GPU' if gpu_worker else 'CPU'} worker): Complete/SUCCEEDED in {t_done:.1f}s, "
         f"cluster gone after {time.time() - t0:.1f}s"
     )
+    return st
 
 
 def diagnose(bed, ns: str, pods: dict[str, dict]) -> str:

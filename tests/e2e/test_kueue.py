@@ -289,21 +289,10 @@ def test_a_rayjob_in_a_queue_is_admitted_and_runs(bed, namespace, queue):
     Kueue's webhook, admitted as one workload, and runs to completion (KubeRay, real Ray)."""
     if not testbed.kuberay_enabled():
         pytest.skip("KubeRay is off on this bed")
-    from test_kuberay import rayjob
+    from test_kuberay import run_rayjob
 
-    rj = rayjob("queued", gpu_worker=True)
-    rj["metadata"]["labels"] = {"kueue.x-k8s.io/queue-name": queue}
-    created = json.loads(kubectl(bed, "-n", namespace, "create", "-o", "json", "-f", "-", input=json.dumps(rj)).stdout)
-    assert created["spec"]["suspend"] is True  # Kueue's webhook: suspended until admitted
     t0 = time.time()
-
-    def status():
-        r = kubectl(bed, "-n", namespace, "get", "rayjob", "queued", "-o", "json")
-        st = json.loads(r.stdout).get("status") or {}
-        assert st.get("jobDeploymentStatus") not in ("Failed", "ValidationFailed"), st
-        return st if st.get("jobDeploymentStatus") == "Complete" else None
-
-    st = bedlib.wait_for(status, 420, interval=2.0, what="the queued RayJob Complete")
+    st = run_rayjob(bed, namespace, "queued", gpu_worker=True, queue=queue)
     assert st["jobStatus"] == "SUCCEEDED", st
     wl = json.loads(kubectl(bed, "get", "workloads.kueue.x-k8s.io", "-n", namespace, "-o", "json").stdout)["items"]
     assert len(wl) == 1 and wl[0]["status"].get("admission"), wl

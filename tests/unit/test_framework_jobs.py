@@ -146,6 +146,7 @@ def test_a_trial_is_a_rayjob_on_the_gpu_pool():
     s = m["spec"]
     assert s["shutdownAfterJobFinishes"] and s["submissionMode"] == "K8sJobMode"
     assert s["activeDeadlineSeconds"] == spec.budget.trial_timeout_seconds
+    assert s["submitterConfig"]["backoffLimit"] == RJ.SUBMITTER_RETRIES > 2  # beyond KubeRay's default
     head = s["rayClusterSpec"]["headGroupSpec"]["template"]
     workers = s["rayClusterSpec"]["workerGroupSpecs"]
     assert len(workers) == 1 and workers[0]["replicas"] == 1  # 16 GPUs on 8-GPU nodes: head + 1 worker

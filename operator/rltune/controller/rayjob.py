@@ -43,6 +43,10 @@ BRIDGE_DIR = "/opt/rltune"
 BRIDGE_VOLUME = "rltune-bridge"
 WORKER_GROUP = "gpu"
 NAME_LIMIT = 40  # KubeRay derives RayCluster, head Service and submitter Job names from it
+# Retries of the `ray job submit` pod (KubeRay's default is 2, 10 s + 20 s of Job back-off): where
+# the head pod is Ready before its dashboard listens (KubeRay's probe injection off, or no probes
+# run), early submitter pods fail to connect; 6 span ~5 min, within a trial's time limit
+SUBMITTER_RETRIES = 6
 
 
 def rayjob_name(job: str, trial: str) -> str:
@@ -206,7 +210,9 @@ def rayjob_manifest(
             "activeDeadlineSeconds": spec.budget.trial_timeout_seconds,
             "backoffLimit": 0,
             "rayClusterSpec": cluster,
-            # KubeRay's submitter retries (backoffLimit 2) are safe: it checks the submission id first
+            # KubeRay's submitter retries are safe (it checks the submission id first); more than its
+            # default 2 where the head reports Ready before its dashboard listens (no probes injected)
+            "submitterConfig": {"backoffLimit": SUBMITTER_RETRIES},
             "submitterPodTemplate": submitter,
         },
     }
