@@ -342,3 +342,24 @@ def test_a_lucky_measurement_of_a_slower_layout_is_not_picked_over_a_consistent_
     assert pick.id != b.id and physics.predict(pick.config).step < physics.predict(b.config).step
     # with nothing else to forecast from, a measurement stands as it is
     assert Tuner(spec, base, []).shrunk_objectives([base])[base.id] == base.objective
+
+
+def test_only_a_passed_streaming_trial_lifts_the_streaming_prior():
+    """Partial rollout at staleness 0 drains (physics.streams): its passing says nothing about a
+    streaming rollout's quality, so the streaming prior stays until a streaming trial passed."""
+    spec = job()
+    base = baseline_record(spec, summarize(steps(PH)))
+    assert not base.config.async_.partial_rollout
+
+    def with_async(partial: bool, staleness: int):
+        a = base.config.async_.model_copy(update={"partial_rollout": partial, "staleness": staleness})
+        return base.config.model_copy(update={"async_": a})
+
+    def passed(cfg):
+        return TrialRecord(id="t1", config=cfg, gpus=base.gpus, state=TrialState.SUCCEEDED)
+
+    stream = with_async(True, 1).flat()
+    none = Tuner(spec, base, []).p_pass(stream)
+    assert none < Tuner(spec, base, []).p_pass(with_async(False, 1).flat())  # the streaming risk
+    assert Tuner(spec, base, [passed(with_async(True, 0))]).p_pass(stream) == none
+    assert Tuner(spec, base, [passed(with_async(True, 1))]).p_pass(stream) > none

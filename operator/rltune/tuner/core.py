@@ -157,7 +157,7 @@ class Tuner:
         st = k["async.staleness"]
         if st >= 1 and not any(c["async.staleness"] >= st for c in passed):
             p *= 0.85
-        if physics.streams(k) and not any(c["async.partialRollout"] for c in passed):
+        if physics.streams(k) and not any(physics.streams(c) for c in passed):  # a drained one says nothing
             p *= 0.9
         return p
 
