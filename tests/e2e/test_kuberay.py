@@ -20,6 +20,7 @@ import yaml
 
 import bed as bedlib
 from bed import testbed
+from rltune.controller.rayjob import SUBMITTER_RETRIES
 
 pytestmark = [pytest.mark.bed, pytest.mark.slow]
 
@@ -100,10 +101,8 @@ def rayjob(name: str, gpu_worker: bool) -> dict:
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": 0,
             "activeDeadlineSeconds": 600,
-            # the bed runs no readiness probes: KubeRay submits once the head container started, before
-            # its dashboard listens, and each early submitter pod fails to connect. KubeRay's default 2
-            # retries (10 s + 20 s of Job back-off) can run out on a loaded machine; 6 span ~5 min
-            "submitterConfig": {"backoffLimit": 6},
+            # the bed runs no readiness probes: early submitter pods fail to connect (the operator's reason)
+            "submitterConfig": {"backoffLimit": SUBMITTER_RETRIES},
             "rayClusterSpec": {
                 "rayVersion": "2.55.0",
                 "headGroupSpec": {
