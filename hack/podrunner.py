@@ -9,7 +9,9 @@ fate back into the pod status, like a minimal kubelet:
   with Initialized=False and initContainerStatuses (main containers waiting PodInitializing); an
   init container whose image is not mapped counts as completed at once (kwok's behaviour); a
   failing one is restarted with back-off (restartPolicy Always/OnFailure) or fails the pod (Never).
-  Once all completed the pod is Running, Initialized and Ready, and the main containers start.
+  Once all completed the pod is Running and Initialized, and the main containers start.
+* readiness: a main container with a readinessProbe is not ready until its probe passes
+  (hack/podprobe.py, run on a small thread pool from the tick); the others are ready once started.
 * start: once kwok has made the pod Running (pod IP assigned), each mapped container's
   command + args run as a process in its own session (process group), with the pod's env
   (values, downward-API fieldRefs, resourceFieldRefs, configMap/secret refs, envFrom), cwd = repo
@@ -34,7 +36,8 @@ fate back into the pod status, like a minimal kubelet:
 
 This module is the loop (list, watch, reconcile a pod, tick); the parts live beside it:
 podapi (API server calls), podprocs (process table), podstatus (status writer), podinvoke (argv
-and env), podlogs (kubectl logs), podtargets (Prometheus file_sd), podsandbox (volumes, identity).
+and env), podlogs (kubectl logs), podtargets (Prometheus file_sd), podsandbox (volumes, identity),
+podprobe (readiness probes).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from podapi import ApiClient, ApiError
 from podcommon import log
 from podinvoke import Invoker
 from podlogs import KubectlLogs
+from podprobe import Prober, ProbeSpec, Target, probe_sandbox, write_probe_hosts
 from podprocs import Proc, ProcessTable
 from podsandbox import PodSandboxes, SandboxError
 from podstatus import (
@@ -90,6 +94,7 @@ class Runner:
         self.finalizing: set[str] = set()  # uids whose deletion we finalized
         self.hosts_at = 0.0  # next /etc/hosts refresh
         self.init_begun: set[str] = set()  # uids whose init phase this runner started and not ended
+        self.prober = Prober(log)  # readiness probes of running main containers
         self.events: queue.Queue = queue.Queue()
         self.stop = threading.Event()
 
@@ -115,8 +120,13 @@ class Runner:
             return
         self.targets.write(pod)
         statuses = container_statuses(pod)
+        self._unmapped_ready(pod, statuses)
         for c in mapped:
-            if f"{md['uid']}_{c['name']}" in self.procs:
+            key = f"{md['uid']}_{c['name']}"
+            if key in self.procs:
+                if c.get("readinessProbe") and key not in self.prober and not self.procs[key].rec.get("done"):
+                    # re-adopted after a runner restart: probe again, from the readiness last reported
+                    self._probe(pod, c, self.procs[key], ready=bool((statuses.get(c["name"]) or {}).get("ready")))
                 continue
             if "terminated" in ((statuses.get(c["name"]) or {}).get("state") or {}):
                 continue  # already ran (e.g. before a runner restart whose records were wiped)
@@ -150,7 +160,7 @@ class Runner:
                 return False  # running, or failed (on_exit restarts it or failed the pod)
         if pod_initializing(pod) or uid in self.init_begun:
             self.init_begun.discard(uid)
-            self.status.patch(pod, initialized_patch(pod))
+            self.status.patch(pod, initialized_patch(pod, self._probed(pod)))
             log(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: init containers completed")
         return True
 
@@ -256,12 +266,80 @@ class Runner:
         self.logs.wire(pod, logfile)
         if is_init:
             self._init_state(pod, c["name"], p)
-        elif restart_count:
+            return
+        if c.get("readinessProbe"):
+            self._probe(pod, c, p, ready=False, env=inv.env, cwd=inv.cwd, sandbox=sb)
+        if restart_count:
             self.status.patch_container(
-                pod, c["name"], {"running": {"startedAt": p.rec["startedAt"]}}, ready=True, restart_count=restart_count
+                pod,
+                c["name"],
+                {"running": {"startedAt": p.rec["startedAt"]}},
+                ready=not c.get("readinessProbe"),
+                restart_count=restart_count,
             )
 
+    # ------------------------------------------------------------------ readiness (podprobe)
+    def _probed(self, pod: dict) -> set[str]:
+        """Names of the pod's containers whose readiness waits for a probe (the ones the runner runs)."""
+        return {c["name"] for c in self.invoker.mapped_containers(pod) if c.get("readinessProbe")}
+
+    def _probe(self, pod: dict, c: dict, p: Proc, ready: bool, env=None, cwd=None, sandbox=None) -> None:
+        """Start probing container `c` (its process `p`) for readiness."""
+        md, ip = pod["metadata"], (pod.get("status") or {}).get("podIP") or ""
+        hosts = None
+        if (self.invoker.image_entry(c.get("image", "")) or {}).get("podNetwork"):
+            base = self.state / "volumes" / md["uid"]
+            hosts = write_probe_hosts(base / f"probe-hosts-{c['name']}", ip, base / "etc-hosts")
+        if env is None:  # re-adopted: no sandbox record; the pod's env as the container got it
+            inv = self.invoker.invocation(pod, c, {})
+            env, cwd = inv.env, inv.cwd
+        started = time.time()
+        if ready:  # re-adopted and ready: its initial delay is long past
+            started -= ProbeSpec.of(c["readinessProbe"]).initial_delay_s
+        t = Target(
+            key=p.key,
+            spec=ProbeSpec.of(c["readinessProbe"]),
+            pod_ip=ip,
+            ports={q["name"]: int(q["containerPort"]) for q in c.get("ports") or [] if q.get("name")},
+            started=started,
+            env=env,
+            cwd=cwd or "/",
+            sandbox=probe_sandbox(sandbox, hosts),
+            ready=ready,
+        )
+        self.prober.add(t)
+
+    def _readiness(self) -> None:
+        """Write the readiness the probes changed since the last tick."""
+        for t in self.prober.tick():
+            p = self.procs.get(t.key)
+            pod = self.pods.get(p.rec["uid"]) if p is not None else None
+            if pod is None or p.rec.get("done") or pod["metadata"].get("deletionTimestamp"):
+                self.prober.remove(t.key)
+                continue
+            try:
+                self.status.patch_container(
+                    pod,
+                    p.rec["container"],
+                    {"running": {"startedAt": p.rec["startedAt"]}},
+                    ready=t.ready,
+                    restart_count=p.rec.get("restartCount", 0),
+                )
+            except ApiError as e:  # written again when the probe flips next; pods gone meanwhile are dropped
+                log(f"{p.rec['namespace']}/{p.rec['name']}: readiness not written: {e}")
+
+    def _unmapped_ready(self, pod: dict, statuses: dict) -> None:
+        """A probed container the bed does not run has no process to probe: ready at once, as kwok
+        reports every container (kwok's stage left it not ready because it has a probe)."""
+        mapped = {c["name"] for c in self.invoker.mapped_containers(pod)}
+        for c in pod["spec"]["containers"]:
+            s = statuses.get(c["name"]) or {}
+            if c["name"] not in mapped and c.get("readinessProbe") and "running" in (s.get("state") or {}):
+                if not s.get("ready"):
+                    self.status.patch_container(pod, c["name"], s["state"], ready=True)
+
     def forget(self, key: str) -> None:
+        self.prober.remove(key)
         p = self.procs.forget(key)
         if p is not None and not self.procs.of_pod(p.rec["uid"]):
             self.sandboxes.forget(p.rec["uid"])
@@ -289,6 +367,7 @@ class Runner:
             self.unreported.pop(key)
             self._report_exit(p, lost, until)
         self._restart_due(t)
+        self._readiness()
 
     def _refresh_tokens(self) -> None:
         for p in list(self.procs.values()):
@@ -328,6 +407,7 @@ class Runner:
         """A container's process ended on its own: restart it (restartPolicy) or report it, and the
         pod's phase once all its mapped containers are done."""
         lost = self.procs.finish(proc)
+        self.prober.remove(proc.key)
         self.logs.pump(self.pods, final={proc.rec["uid"]})
         self._report_exit(proc, lost)
 

@@ -13,7 +13,7 @@ never be tried. With it, a container gets what a real kubelet gives it:
 * `KUBERNETES_SERVICE_HOST`/`KUBERNETES_SERVICE_PORT` pointing at the API server (the bed has no
   kube-proxy, so the `kubernetes` Service's ClusterIP is replaced by the API server's address);
 * an /etc/hosts with the pod's own name and every Service's DNS names (`svc.ns.svc`,
-  `svc.ns.svc.cluster.local`), resolved to the IP of a Running pod its selector matches (no
+  `svc.ns.svc.cluster.local`), resolved to the IP of a Running, Ready pod its selector matches (no
   kube-proxy, no CoreDNS, and the API server refuses EndpointSlices with the bed's loopback pod IPs:
   a name resolves to the endpoint directly, which is what a headless Service does anyway). The
   runner rewrites it in place every few seconds (`refresh_hosts`), so a Service whose pod became
@@ -346,14 +346,16 @@ class PodSandboxes:
                     names.insert(0, f"{pod['spec'].get('hostname') or md['name']}.{sub}.{md['namespace']}.svc")
                 lines.append(f"{ip}\t" + " ".join(names))
         # the API server refuses EndpointSlices with loopback addresses (the bed's pod IPs), so the
-        # endpoints are computed here the way the endpoint controller would: Running pods with an IP
-        # whose labels match the Service's selector
+        # endpoints are computed here the way the endpoint controller would: Running, Ready pods
+        # with an IP whose labels match the Service's selector (not-ready ones too where the Service
+        # publishes them, as KubeRay's head Service does)
         services, running = snap["services"], snap["running"]
         for svc in services:
             ns, name = svc["metadata"]["namespace"], svc["metadata"]["name"]
             sel = (svc.get("spec") or {}).get("selector") or {}
             if not sel:
                 continue
+            any_readiness = bool((svc.get("spec") or {}).get("publishNotReadyAddresses"))
             ep = next(
                 (
                     p["status"]["podIP"]
@@ -361,6 +363,7 @@ class PodSandboxes:
                     if p["metadata"]["namespace"] == ns
                     and (p.get("status") or {}).get("podIP")
                     and not p["metadata"].get("deletionTimestamp")
+                    and (any_readiness or _ready(p))
                     and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())
                 ),
                 None,
@@ -374,6 +377,11 @@ class PodSandboxes:
                 host = f"{ps.get('hostname') or pm['name']}.{ps['subdomain']}.{pm['namespace']}.svc"
                 lines.append(f"{p['status']['podIP']}\t{host} {host}.cluster.local")
         return "\n".join(lines) + "\n"
+
+
+def _ready(pod: dict) -> bool:
+    conds = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
 def write_in_place(path: Path, text: str) -> None:

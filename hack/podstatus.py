@@ -70,14 +70,32 @@ def status_patch(
         out.append(s)
     status: dict = {"containerStatuses": out}
     t = t or now_iso()
+    all_ready = all(s.get("ready") for s in out)
     if phase:
         status["phase"] = phase
         status["conditions"] = _conditions("False", "PodCompleted" if phase == "Succeeded" else "PodFailed", t)
-    elif not ready:
+    elif not all_ready:
         status["conditions"] = _conditions("False", "ContainersNotReady", t)
-    elif restart_count:
+    elif restart_count or not pod_ready(pod):
         status["conditions"] = _conditions("True", None, t)
     return status
+
+
+def pod_ready(pod: dict) -> bool:
+    """The pod's Ready condition as last written."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready":
+            return c.get("status") == "True"
+    return False
+
+
+def merge_conditions(pod: dict, conditions: list[dict]) -> None:
+    """Apply `conditions` to the cached pod as the API server's strategic merge does (by type)."""
+    st = pod.setdefault("status", {})
+    by_type = {c.get("type"): c for c in st.get("conditions") or []}
+    for c in conditions:
+        by_type[c["type"]] = {**by_type.get(c["type"], {}), **{k: v for k, v in c.items() if v is not None}}
+    st["conditions"] = list(by_type.values())
 
 
 class StatusWriter:
@@ -110,6 +128,8 @@ class StatusWriter:
         pod.setdefault("status", {})["containerStatuses"] = status["containerStatuses"]
         if phase:
             pod["status"]["phase"] = phase
+        if "conditions" in status:
+            merge_conditions(pod, status["conditions"])
 
 
 # ---------------------------------------------------------------------------------- init containers
@@ -182,22 +202,24 @@ def init_status_patch(
     }
 
 
-def initialized_patch(pod: dict, t: str | None = None) -> dict:
-    """Init containers done: the main containers start, Running and Ready (no probes run)."""
+def initialized_patch(pod: dict, probed: set[str] = frozenset(), t: str | None = None) -> dict:
+    """Init containers done: the main containers start, Running; Ready unless a container in
+    `probed` waits for its readiness probe (podprobe)."""
     t = t or now_iso()
     mains = [
         {
             "name": c["name"],
             "image": c["image"],
             "imageID": "",
-            "ready": True,
+            "ready": c["name"] not in probed,
             "started": True,
             "restartCount": 0,
             "state": {"running": {"startedAt": t}},
         }
         for c in pod["spec"]["containers"]
     ]
-    return {"phase": "Running", "containerStatuses": mains, "conditions": _init_conditions(True, True, t, [], None)}
+    ready = not any(c["name"] in probed for c in pod["spec"]["containers"])
+    return {"phase": "Running", "containerStatuses": mains, "conditions": _init_conditions(True, ready, t, [], None)}
 
 
 def pod_initializing(pod: dict) -> bool:

@@ -65,6 +65,70 @@ def test_a_volume_over_the_beds_own_files_is_not_mounted(tmp_path):
     assert not sbx._hides_the_bed("/etc/rltune") and not sbx._hides_the_bed(str(state / "volumes" / "x"))
 
 
+def test_a_readiness_probe_flips_only_after_its_thresholds():
+    """podprobe's state machine, as a kubelet counts: not ready until successThreshold passes in a
+    row (none before initialDelaySeconds), ready until failureThreshold failures in a row."""
+    from podprobe import Prober, ProbeSpec, Target
+
+    results = iter([False, True, True, False, True, False, False])
+    probe = {"exec": {"command": ["x"]}, "initialDelaySeconds": 5, "periodSeconds": 1}
+    probe |= {"successThreshold": 2, "failureThreshold": 2}
+    pr = Prober(log=lambda m: None, run=lambda t: (next(results), "scripted"))
+    t = Target(key="uid_c", spec=ProbeSpec.of(probe), pod_ip="127.128.0.9", ports={}, started=100.0)
+    pr.add(t)
+
+    def step(now: float) -> list[bool]:
+        changed = pr.tick(now)
+        if t.running is not None:
+            t.running.result(timeout=5)  # the pool ran it; the next tick records it
+        return [x.ready for x in changed]
+
+    assert step(104.0) == [] and t.running is None  # before initialDelaySeconds: no probe ran
+    flips = [step(105.0 + i) for i in range(8)]
+    # results F T T F T F F: ready after the 2nd pass in a row, not ready after the 2nd failure in a row
+    assert flips == [[], [], [], [True], [], [], [], [False]]
+    pr.shutdown()
+
+
+def test_probe_handlers_reach_the_pod_ip_and_named_ports(tmp_path):
+    """httpGet goes to the pod IP and a named port; 2xx/3xx pass, others fail; tcpSocket connects;
+    exec passes on exit 0, and its /etc/hosts maps localhost to the pod IP."""
+    import http.server
+    import threading
+
+    from podprobe import ProbeSpec, Target, probe_sandbox, run_once, write_probe_hosts
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200 if self.path == "/ok" else 503)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    ip = "127.128.250.7"
+    srv = http.server.HTTPServer((ip, 0), H)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    port = srv.server_address[1]
+
+    def target(probe: dict) -> Target:
+        return Target(key="k", spec=ProbeSpec.of(probe), pod_ip=ip, ports={"http": port}, started=0.0)
+
+    assert run_once(target({"httpGet": {"path": "/ok", "port": "http"}}))[0]
+    assert not run_once(target({"httpGet": {"path": "/bad", "port": port}}))[0]
+    assert "not a named port" in run_once(target({"httpGet": {"path": "/ok", "port": "nope"}}))[1]
+    assert run_once(target({"tcpSocket": {"port": port}}))[0]
+    srv.shutdown()
+    srv.server_close()
+    assert not run_once(target({"tcpSocket": {"port": port}}))[0]
+    hosts = write_probe_hosts(tmp_path / "probe-hosts", ip, None)
+    t = target({"exec": {"command": ["sh", "-c", "getent hosts localhost"]}})
+    t.sandbox = probe_sandbox(None, hosts)
+    ok, out = run_once(t)
+    assert ok and ip in out, out
+    assert not run_once(target({"exec": {"command": ["false"]}}))[0]
+
+
 def test_kwok_stages_are_data_with_the_runner_images_filled_in():
     """hack/kwok/*.yaml are the Stages; the pods the runner executes are excluded from kwok's own
     completion and deletion by the image selector filled in for @MAPPED_IMAGES@."""
@@ -83,7 +147,8 @@ def test_kwok_stages_are_data_with_the_runner_images_filled_in():
 def test_kwok_config_is_valid_yaml_with_stages():
     docs = list(yaml.safe_load_all(testbed.kwok_config()))
     names = {d["metadata"]["name"] for d in docs}
-    assert {"rltune-node-initialize", "rltune-pod-ready", "rltune-pod-complete", "rltune-pod-delete"} <= names
+    assert {"rltune-node-initialize", "rltune-pod-ready", "rltune-pod-running-unready", "rltune-pod-complete"} <= names
+    assert "rltune-pod-delete" in names
     for d in docs:
         assert d["kind"] == "Stage"
 
@@ -455,3 +520,87 @@ def test_pod_gets_its_service_account_volumes_and_names(bed, core, namespace):
     assert any(
         ref.get("subresource") == "token" and ref.get("name") == "reader" for _, ref in b.audit_events(bed, namespace)
     )
+
+
+def _probe_server(port: int, flag: str) -> str:
+    """Python for a pod: listen on 0.0.0.0:port after 3 s; /healthz answers 'success' (200) unless
+    `flag` exists (503)."""
+    return (
+        "import http.server, os, time\n"
+        "time.sleep(3)\n"
+        "class H(http.server.BaseHTTPRequestHandler):\n"
+        "    def do_GET(self):\n"
+        f"        bad = os.path.exists({flag!r})\n"
+        "        self.send_response(503 if bad else 200); self.end_headers(); self.wfile.write(b'success')\n"
+        "    def log_message(self, *a): pass\n"
+        "print('listening', flush=True)\n"
+        f"http.server.HTTPServer(('0.0.0.0', {port}), H).serve_forever()\n"
+    )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_probed_pod_is_ready_only_once_its_readiness_probe_passes(bed, core, namespace):
+    """As on a kubelet: a container with a readinessProbe is Running but not Ready until the probe
+    passes, not Ready again after failureThreshold failures, and a Service resolves to it only while
+    it is Ready (KubeRay waits for a Ready head before it submits a job)."""
+    port, flag = _free_port(), str(bed.state_dir / f"probe-{uuid.uuid4().hex[:8]}.bad")
+    pod = b.python_pod("probed", _probe_server(port, flag), labels={"app": "probed"})
+    c = pod["spec"]["containers"][0]
+    c["ports"] = [{"name": "health", "containerPort": port}]
+    c["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": "health"}, "periodSeconds": 1, "failureThreshold": 2}
+    core.create_namespaced_service(
+        namespace, {"metadata": {"name": "probed"}, "spec": {"selector": {"app": "probed"}, "ports": [{"port": port}]}}
+    )
+    core.create_namespaced_pod(namespace, pod)
+    running = b.wait_pod(core, namespace, "probed", phases=("Running",), timeout=30)
+    assert b.pod_condition(running, "Ready").status == "False", running.status
+    assert b.pod_condition(running, "Initialized").status == "True"
+    assert running.status.container_statuses[0].ready is False
+    name = f"probed.{namespace}.svc"
+    assert name not in (bed.state_dir / "hosts").read_text()  # no ready endpoint yet
+
+    def ready() -> bool:
+        p = core.read_namespaced_pod("probed", namespace)
+        return b.pod_condition(p, "Ready").status == "True" and p.status.container_statuses[0].ready
+
+    b.wait_for(ready, 30, what="Ready after the probe passed")
+    assert "listening" in bed.pod_log(namespace, "probed")  # not before its server listened
+    b.wait_for(lambda: name in (bed.state_dir / "hosts").read_text(), 10, what="Service resolves once Ready")
+    open(flag, "w").close()  # the server now answers 503
+    b.wait_for(lambda: not ready(), 20, what="not Ready after failureThreshold failures")
+    p = core.read_namespaced_pod("probed", namespace)
+    assert p.status.phase == "Running" and p.status.container_statuses[0].state.running is not None
+    b.wait_for(lambda: name not in (bed.state_dir / "hosts").read_text(), 10, what="Service drops the endpoint")
+    os.unlink(flag)
+    b.wait_for(ready, 20, what="Ready again")
+
+
+def test_an_exec_probe_sees_the_pods_own_localhost(bed, core, namespace):
+    """KubeRay injects exec probes that `wget http://localhost:<port>/...`: for a Ray image (its
+    servers bind the pod IP, hack/podnet) the probe's localhost is the pod IP, as in a pod."""
+    port = _free_port()
+    pod = b.python_pod("rayish", _probe_server(port, "/nonexistent"))
+    c = pod["spec"]["containers"][0]
+    c["image"] = "rayproject/ray:2.55.0"
+    cmd = f"wget --tries 1 -T 2 -q -O- http://localhost:{port}/healthz | grep success"
+    c["readinessProbe"] = {"exec": {"command": ["bash", "-c", cmd]}, "periodSeconds": 1}
+    core.create_namespaced_pod(namespace, pod)
+    running = b.wait_pod(core, namespace, "rayish", phases=("Running",), timeout=30)
+    assert b.pod_condition(running, "Ready").status == "False"
+    b.wait_for(
+        lambda: b.pod_condition(core.read_namespaced_pod("rayish", namespace), "Ready").status == "True",
+        30,
+        what="Ready through the exec probe",
+    )
+    # the server listens on the pod IP only: the host's 127.0.0.1 has nothing on that port
+    import socket
+
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
