@@ -53,9 +53,8 @@ def items(bed, ns: str, kind: str, selector: str | None = None) -> list[dict]:
 
 def entrypoint(nodes: int, gpus: int) -> str:
     # one line: KubeRay pastes it into the submitter's bash command line, Ray runs it with a shell.
-    # It waits (up to 5 min, for a loaded CI machine) for the worker to join: the bed runs no readiness
-    # probes, so a pod is Ready (and KubeRay submits) as soon as its container started, before its
-    # raylet registered.
+    # It waits (up to 5 min, for a loaded CI machine) for the worker to join: KubeRay submits once
+    # the head is Ready (its probes pass), which may be before the worker's raylet registered.
     return (
         'python -c "import ray, time; ray.init(); '
         "n_alive = lambda: len([n for n in ray.nodes() if n['Alive']]); "
@@ -101,7 +100,7 @@ def rayjob(name: str, gpu_worker: bool) -> dict:
             "shutdownAfterJobFinishes": True,
             "ttlSecondsAfterFinished": 0,
             "activeDeadlineSeconds": 600,
-            # the bed runs no readiness probes: early submitter pods fail to connect (the operator's reason)
+            # a submitter pod that cannot connect is retried (the operator's reason: clusters without probes)
             "submitterConfig": {"backoffLimit": SUBMITTER_RETRIES},
             "rayClusterSpec": {
                 "rayVersion": "2.55.0",
@@ -167,6 +166,10 @@ def run_rayjob(bed, ns: str, name: str, gpu_worker: bool, queue: str | None = No
     assert "head" in kinds and "worker" in kinds, sorted(seen_pods)
     worker = kinds["worker"]
     assert [c["name"] for c in worker["spec"].get("initContainers", [])] == ["wait-gcs-ready"]
+    # KubeRay's own readiness probe on the head (GCS and raylet health through the dashboard), which
+    # the bed runs (hack/podprobe.py): the head was Ready, and the driver submitted, once it passed
+    probe = " ".join(kinds["head"]["spec"]["containers"][0]["readinessProbe"]["exec"]["command"])
+    assert "localhost:8265/api/gcs_healthz" in probe, probe
     wlog = bed.pod_log(ns, worker["metadata"]["name"])
     assert "GCS is ready." in wlog, wlog[-3000:]
     assert wlog.index("container wait-gcs-ready start") < wlog.index("container ray-worker start"), wlog[-3000:]
@@ -174,9 +177,8 @@ def run_rayjob(bed, ns: str, name: str, gpu_worker: bool, queue: str | None = No
         assert worker["spec"]["nodeName"].startswith("b300-"), worker["spec"]["nodeName"]
         assert "--num-gpus=1" in " ".join(worker["spec"]["containers"][0].get("args") or []), worker["spec"]
 
-    # the driver's output, through the submitter pod's log (`ray job logs --follow`). The bed runs
-    # no readiness probes: the head pod is Ready before its dashboard listens, so a first submitter
-    # pod may fail to connect and the Job retries it (KubeRay's backoffLimit), as KubeRay intends
+    # the driver's output, through the submitter pod's log (`ray job logs --follow`); a submitter
+    # pod that failed to connect would have been retried (the Job's backoffLimit), as KubeRay intends
     submitters = [p for p in seen_pods.values() if (p["metadata"].get("labels") or {}).get("job-name") == name]
     assert submitters, sorted(seen_pods)
     said = f"{MARK} 2 nodes"  # what the driver prints (the command line, also logged, has no such text)
