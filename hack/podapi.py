@@ -16,7 +16,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from podcommon import log
+from podcommon import log, now_iso
 
 
 class ApiError(Exception):
@@ -91,6 +91,29 @@ class ApiClient:
             if e.status not in (404, 409, 422):
                 raise
             log(f"status patch of {md['namespace']}/{md['name']} failed: {e}")
+
+    def event(self, pod: dict, reason: str, message: str, type_: str = "Normal", container: str = "") -> None:
+        """Record a core/v1 Event on the pod, as a kubelet does (source component "kubelet")."""
+        md = pod["metadata"]
+        ref = {"kind": "Pod", "namespace": md["namespace"], "name": md["name"], "uid": md["uid"], "apiVersion": "v1"}
+        if container:
+            ref["fieldPath"] = f"spec.containers{{{container}}}"
+        t = now_iso()
+        body = {
+            "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
+            "involvedObject": ref,
+            "reason": reason,
+            "message": message[:1000],
+            "type": type_,
+            "source": {"component": "kubelet", "host": (pod.get("spec") or {}).get("nodeName", "")},
+            "firstTimestamp": t,
+            "lastTimestamp": t,
+            "count": 1,
+        }
+        try:
+            self.request("POST", f"/api/v1/namespaces/{md['namespace']}/events", body=body)
+        except (ApiError, OSError) as e:  # an event is best effort, as a kubelet's recorder
+            log(f"event {reason} on {md['namespace']}/{md['name']} not recorded: {e}")
 
     def delete_now(self, pod: dict) -> None:
         """Finalize a pod's deletion (grace 0), as a kubelet does once its containers are gone."""

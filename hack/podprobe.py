@@ -1,12 +1,20 @@
-"""Readiness probes of the containers the pod runner executes, run the way a kubelet runs them.
+"""Probes of the containers the pod runner executes (readiness, liveness, startup), run the way a
+kubelet runs them.
 
 Without them a container is Ready the moment its process starts, before it listens: a Service
 sends traffic to it, and an operator that waits for Ready (KubeRay submits a RayJob's driver once
-the head pod is Ready) acts too early. A kubelet reports a container with a readinessProbe not
-ready until the probe passed `successThreshold` times in a row (after `initialDelaySeconds`, every
-`periodSeconds`, each try cut at `timeoutSeconds`), and not ready again after `failureThreshold`
-failures in a row. This module keeps that state per container and runs the probes on a small
-thread pool, so a slow probe never holds up the runner's loop; the runner writes the transitions.
+the head pod is Ready) acts too early; and a hung server is never restarted. A kubelet probes each
+container after `initialDelaySeconds`, every `periodSeconds`, each try cut at `timeoutSeconds`:
+
+* readiness: not ready until the probe passed `successThreshold` times in a row, not ready again
+  after `failureThreshold` failures in a row;
+* liveness: `failureThreshold` failures in a row kill the container, which then restarts as its
+  pod's restartPolicy says;
+* startup: until it passes, the other two do not run and the container is not ready;
+  `failureThreshold` failures in a row kill the container, as liveness does.
+
+This module keeps that state per probe and runs the probes on a small thread pool, so a slow probe
+never holds up the runner's loop; the runner writes what changed (`ProbeEvent`).
 
 Handlers, as a kubelet's:
 
@@ -19,14 +27,16 @@ Handlers, as a kubelet's:
   the container's ports; headers as given); a status in [200, 400) passes. HTTPS is not verified;
 * tcpSocket: a TCP connection to host:port opens.
 
-Not run: grpc probes (logged; counted as passing, as kwok would report the container), liveness and
-startup probes (a container is never restarted for failing one). A container the runner re-adopted
-after its own restart has no sandbox record: its exec probe gets the probe's /etc/hosts only.
+Not run: grpc probes (logged; counted as passing, as kwok would report the container). A container
+the runner re-adopted after its own restart has no sandbox record: its exec probes get the probe's
+/etc/hosts only.
 """
 
 from __future__ import annotations
 
 import http.client
+import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -39,12 +49,15 @@ from typing import Callable
 from podsandbox import Mount, Sandbox
 
 PERIOD_S, TIMEOUT_S, SUCCESS_THRESHOLD, FAILURE_THRESHOLD = 10, 1, 1, 3  # the API's defaults
-WORKERS = 4
+WORKERS = 8  # probes in flight at once (one per probe at most)
+
+
+KINDS = ("startup", "readiness", "liveness")  # container field: f"{kind}Probe"
 
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    """A container's readinessProbe with the API's defaults filled in."""
+    """One probe of a container with the API's defaults filled in."""
 
     handler: str  # exec | httpGet | tcpSocket | grpc
     action: dict
@@ -53,6 +66,7 @@ class ProbeSpec:
     timeout_s: float
     success_threshold: int
     failure_threshold: int
+    grace_s: float | None = None  # the probe's terminationGracePeriodSeconds (liveness, startup)
 
     @classmethod
     def of(cls, probe: dict) -> "ProbeSpec":
@@ -65,18 +79,21 @@ class ProbeSpec:
             timeout_s=float(probe.get("timeoutSeconds") or TIMEOUT_S),
             success_threshold=int(probe.get("successThreshold") or SUCCESS_THRESHOLD),
             failure_threshold=int(probe.get("failureThreshold") or FAILURE_THRESHOLD),
+            grace_s=probe.get("terminationGracePeriodSeconds"),
         )
 
 
 @dataclass
 class Target:
-    """One running container's readiness: what to probe, how, and the run of results so far."""
+    """One probe of a running container: what to probe, how, and the run of results so far.
+    `ready` is the probe's verdict: passing (readiness, startup) or alive (liveness)."""
 
     key: str  # "<pod uid>_<container>", the process table's key
     spec: ProbeSpec
     pod_ip: str
     ports: dict[str, int]  # the container's named ports
     started: float  # when the container's process started (epoch s)
+    kind: str = "readiness"  # one of KINDS
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = "/"
     sandbox: Sandbox = field(default_factory=Sandbox)
@@ -89,6 +106,20 @@ class Target:
 
     def __post_init__(self) -> None:
         self.next_at = self.started + self.spec.initial_delay_s
+
+    @property
+    def id(self) -> str:
+        return f"{self.key}/{self.kind}"
+
+
+@dataclass(frozen=True)
+class ProbeEvent:
+    """What a probe result changed: `ready`/`unready` (readiness), `started` (startup passed: the
+    other probes run now), `kill` (liveness or startup failed failureThreshold times)."""
+
+    target: Target
+    what: str
+    why: str = ""
 
 
 def probe_sandbox(sb: Sandbox | None, hosts_file: Path | None) -> Sandbox:
@@ -125,22 +156,28 @@ def run_once(t: Target) -> tuple[bool, str]:
         if not argv:
             return False, "exec probe without a command"
         try:
-            r = subprocess.run(
+            proc = subprocess.Popen(
                 t.sandbox.wrap(argv) if t.sandbox.mounts else argv,
                 env=t.env or None,
                 cwd=t.cwd,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                timeout=timeout,
                 start_new_session=True,
             )
-        except subprocess.TimeoutExpired:
-            return False, f"command timed out after {timeout:g}s"
         except OSError as e:
             return False, str(e)
-        out = r.stdout.decode(errors="replace").strip()[-200:]
-        return r.returncode == 0, f"exit {r.returncode}: {out}"
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:  # the whole probe: a shell's children (wget) too
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.communicate()
+            return False, f"command timed out after {timeout:g}s"
+        text = out.decode(errors="replace").strip()[-200:]
+        return proc.returncode == 0, f"exit {proc.returncode}: {text}"
     host = a.get("host") or t.pod_ip
     try:
         port = _port(a.get("port"), t.ports)
@@ -169,38 +206,54 @@ def run_once(t: Target) -> tuple[bool, str]:
 
 
 class Prober:
-    """The readiness of every probed container; `tick` returns the containers whose readiness changed."""
+    """Every probe of every running container; `tick` returns what their results changed."""
 
     def __init__(self, log: Callable[[str], None], run: Callable[[Target], tuple[bool, str]] = run_once):
-        self.targets: dict[str, Target] = {}
+        self.targets: dict[str, Target] = {}  # Target.id -> Target
         self.pool = ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="probe")
         self.log = log
         self.run = run
 
     def add(self, t: Target) -> None:
         if t.spec.handler not in ("exec", "httpGet", "tcpSocket"):
-            self.log(f"{t.key}: {t.spec.handler} readiness probe not run by the bed: counted as passing")
-        self.targets[t.key] = t
+            self.log(f"{t.key}: {t.spec.handler} {t.kind} probe not run by the bed: counted as passing")
+        if t.kind == "liveness":
+            t.ready = True  # alive until proven otherwise
+        self.targets[t.id] = t
 
     def remove(self, key: str) -> None:
-        self.targets.pop(key, None)
+        """Forget every probe of container `key`."""
+        for tid in [tid for tid, t in self.targets.items() if t.key == key]:
+            del self.targets[tid]
 
     def __contains__(self, key: str) -> bool:
-        return key in self.targets
+        return any(t.key == key for t in self.targets.values())
 
-    def tick(self, now: float | None = None) -> list[Target]:
+    def _gated(self, t: Target) -> bool:
+        """A startup probe that has not passed holds the container's other probes."""
+        s = self.targets.get(f"{t.key}/startup")
+        return t.kind != "startup" and s is not None and not s.ready
+
+    def tick(self, now: float | None = None) -> list[ProbeEvent]:
         now = time.time() if now is None else now
-        changed = []
+        events = []
         for t in list(self.targets.values()):
             if t.running is not None and t.running.done():
                 ok, why = t.running.result()
                 t.running = None
-                if self._record(t, ok, why):
-                    changed.append(t)
+                ev = self._record(t, ok, why)
+                if ev is not None:
+                    events.append(ev)
+                    if ev.what == "started":  # the others start now, their initial delay counted from start
+                        for o in self.targets.values():
+                            if o.key == t.key and o is not t:
+                                o.next_at = max(o.next_at, now)
+            if t.id not in self.targets or self._gated(t) or (t.kind == "startup" and t.ready):
+                continue
             if t.running is None and now >= t.next_at:
                 t.next_at = now + t.spec.period_s
                 t.running = self.pool.submit(self._safe_run, t)
-        return changed
+        return events
 
     def _safe_run(self, t: Target) -> tuple[bool, str]:
         try:
@@ -208,22 +261,28 @@ class Prober:
         except Exception as e:  # noqa: BLE001 - a probe that cannot run fails, as a kubelet counts it
             return False, f"probe error: {e}"
 
-    def _record(self, t: Target, ok: bool, why: str) -> bool:
-        """Count one result; True when the container's readiness flips."""
+    def _record(self, t: Target, ok: bool, why: str) -> ProbeEvent | None:
+        """Count one result; the event when it changes the container's readiness or life."""
         if ok:
             t.successes, t.failures = t.successes + 1, 0
             if not t.ready and t.successes >= t.spec.success_threshold:
                 t.ready = True
-                self.log(f"{t.key}: readiness probe passed: ready")
-                return True
-        else:
-            t.failures, t.successes = t.failures + 1, 0
-            t.last_error = why
-            if t.ready and t.failures >= t.spec.failure_threshold:
-                t.ready = False
-                self.log(f"{t.key}: readiness probe failed {t.failures}x ({why}): not ready")
-                return True
-        return False
+                self.log(f"{t.key}: {t.kind} probe passed")
+                return ProbeEvent(t, "started" if t.kind == "startup" else "ready")
+            return None
+        t.failures, t.successes = t.failures + 1, 0
+        t.last_error = why
+        if t.failures < t.spec.failure_threshold:
+            return None
+        if t.kind == "readiness" and t.ready:
+            t.ready = False
+            self.log(f"{t.key}: readiness probe failed {t.failures}x ({why}): not ready")
+            return ProbeEvent(t, "unready", why)
+        if t.kind in ("liveness", "startup"):
+            self.log(f"{t.key}: {t.kind} probe failed {t.failures}x ({why}): killing the container")
+            self.remove(t.key)  # the container's probes end with it; its restart brings new ones
+            return ProbeEvent(t, "kill", why)
+        return None
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -210,7 +210,8 @@ class ProcessTable(dict[str, Proc]):
         lost = code < 0
         if lost:
             code = 255
-        reason = exit_reason(code, lost)
+        # killed for a failed liveness/startup probe: "Error" whatever the signal, as a runtime reports it
+        reason = "Error" if rec.get("killedBy") and code != 0 and not lost else exit_reason(code, lost)
         proc.signal(signal.SIGKILL)  # like a container: nothing of it outlives its main process
         rec.update({"exitCode": code, "finishedAt": now_iso(), "reason": reason, "done": True})
         self.save(rec)

@@ -10,8 +10,9 @@ fate back into the pod status, like a minimal kubelet:
   init container whose image is not mapped counts as completed at once (kwok's behaviour); a
   failing one is restarted with back-off (restartPolicy Always/OnFailure) or fails the pod (Never).
   Once all completed the pod is Running and Initialized, and the main containers start.
-* readiness: a main container with a readinessProbe is not ready until its probe passes
-  (hack/podprobe.py, run on a small thread pool from the tick); the others are ready once started.
+* probes (hack/podprobe.py, run on a small thread pool from the tick): a main container with a
+  readinessProbe or startupProbe is not ready until they pass (the others are ready once started);
+  a failing livenessProbe or startupProbe kills the container, which restarts as restartPolicy says.
 * start: once kwok has made the pod Running (pod IP assigned), each mapped container's
   command + args run as a process in its own session (process group), with the pod's env
   (values, downward-API fieldRefs, resourceFieldRefs, configMap/secret refs, envFrom), cwd = repo
@@ -52,10 +53,10 @@ import traceback
 from pathlib import Path
 
 from podapi import ApiClient, ApiError
-from podcommon import log
+from podcommon import log, now_iso
 from podinvoke import Invoker
 from podlogs import KubectlLogs
-from podprobe import Prober, ProbeSpec, Target, probe_sandbox, write_probe_hosts
+from podprobe import KINDS, ProbeEvent, Prober, ProbeSpec, Target, probe_sandbox, write_probe_hosts
 from podprocs import Proc, ProcessTable
 from podsandbox import PodSandboxes, SandboxError
 from podstatus import (
@@ -71,6 +72,16 @@ from podtargets import ScrapeTargets
 
 MAX_GRACE = 30.0
 HOSTS_EVERY = 2.0  # seconds between /etc/hosts refreshes (Services whose endpoint came up later)
+
+
+def probed(c: dict) -> bool:
+    """The container has a probe the runner runs."""
+    return any(c.get(f"{kind}Probe") for kind in KINDS)
+
+
+def gated(c: dict) -> bool:
+    """The container is not ready until a probe passed (readiness or startup)."""
+    return bool(c.get("readinessProbe") or c.get("startupProbe"))
 
 
 def backoff(restarts: int) -> float:
@@ -94,7 +105,7 @@ class Runner:
         self.finalizing: set[str] = set()  # uids whose deletion we finalized
         self.hosts_at = 0.0  # next /etc/hosts refresh
         self.init_begun: set[str] = set()  # uids whose init phase this runner started and not ended
-        self.prober = Prober(log)  # readiness probes of running main containers
+        self.prober = Prober(log)  # probes of running main containers
         self.events: queue.Queue = queue.Queue()
         self.stop = threading.Event()
 
@@ -124,7 +135,7 @@ class Runner:
         for c in mapped:
             key = f"{md['uid']}_{c['name']}"
             if key in self.procs:
-                if c.get("readinessProbe") and key not in self.prober and not self.procs[key].rec.get("done"):
+                if probed(c) and key not in self.prober and not self.procs[key].rec.get("done"):
                     # re-adopted after a runner restart: probe again, from the readiness last reported
                     self._probe(pod, c, self.procs[key], ready=bool((statuses.get(c["name"]) or {}).get("ready")))
                 continue
@@ -267,24 +278,26 @@ class Runner:
         if is_init:
             self._init_state(pod, c["name"], p)
             return
-        if c.get("readinessProbe"):
-            self._probe(pod, c, p, ready=False, env=inv.env, cwd=inv.cwd, sandbox=sb)
+        self._probe(pod, c, p, ready=False, env=inv.env, cwd=inv.cwd, sandbox=sb)
         if restart_count:
             self.status.patch_container(
                 pod,
                 c["name"],
                 {"running": {"startedAt": p.rec["startedAt"]}},
-                ready=not c.get("readinessProbe"),
+                ready=not gated(c),
                 restart_count=restart_count,
             )
 
     # ------------------------------------------------------------------ readiness (podprobe)
     def _probed(self, pod: dict) -> set[str]:
         """Names of the pod's containers whose readiness waits for a probe (the ones the runner runs)."""
-        return {c["name"] for c in self.invoker.mapped_containers(pod) if c.get("readinessProbe")}
+        return {c["name"] for c in self.invoker.mapped_containers(pod) if gated(c)}
 
     def _probe(self, pod: dict, c: dict, p: Proc, ready: bool, env=None, cwd=None, sandbox=None) -> None:
-        """Start probing container `c` (its process `p`) for readiness."""
+        """Start the probes of container `c` (its process `p`); `ready`: what its status says now
+        (False for a container just started; a re-adopted one keeps what was last reported)."""
+        if not probed(c):
+            return
         md, ip = pod["metadata"], (pod.get("status") or {}).get("podIP") or ""
         hosts = None
         if (self.invoker.image_entry(c.get("image", "")) or {}).get("podNetwork"):
@@ -293,40 +306,67 @@ class Runner:
         if env is None:  # re-adopted: no sandbox record; the pod's env as the container got it
             inv = self.invoker.invocation(pod, c, {})
             env, cwd = inv.env, inv.cwd
-        started = time.time()
-        if ready:  # re-adopted and ready: its initial delay is long past
-            started -= ProbeSpec.of(c["readinessProbe"]).initial_delay_s
-        t = Target(
-            key=p.key,
-            spec=ProbeSpec.of(c["readinessProbe"]),
-            pod_ip=ip,
-            ports={q["name"]: int(q["containerPort"]) for q in c.get("ports") or [] if q.get("name")},
-            started=started,
-            env=env,
-            cwd=cwd or "/",
-            sandbox=probe_sandbox(sandbox, hosts),
-            ready=ready,
-        )
-        self.prober.add(t)
+        ports = {q["name"]: int(q["containerPort"]) for q in c.get("ports") or [] if q.get("name")}
+        for kind in KINDS:
+            probe = c.get(f"{kind}Probe")
+            if not probe:
+                continue
+            spec = ProbeSpec.of(probe)
+            # re-adopted and ready: its startup passed and its initial delays are long past
+            started = time.time() - (spec.initial_delay_s if ready else 0.0)
+            t = Target(
+                key=p.key,
+                spec=spec,
+                kind=kind,
+                pod_ip=ip,
+                ports=ports,
+                started=started,
+                env=env,
+                cwd=cwd or "/",
+                sandbox=probe_sandbox(sandbox, hosts),
+                ready=ready,
+            )
+            self.prober.add(t)
 
-    def _readiness(self) -> None:
-        """Write the readiness the probes changed since the last tick."""
-        for t in self.prober.tick():
-            p = self.procs.get(t.key)
+    def _probe_events(self) -> None:
+        """Act on what the probes changed since the last tick."""
+        for ev in self.prober.tick():
+            p = self.procs.get(ev.target.key)
             pod = self.pods.get(p.rec["uid"]) if p is not None else None
             if pod is None or p.rec.get("done") or pod["metadata"].get("deletionTimestamp"):
-                self.prober.remove(t.key)
+                self.prober.remove(ev.target.key)
                 continue
             try:
-                self.status.patch_container(
-                    pod,
-                    p.rec["container"],
-                    {"running": {"startedAt": p.rec["startedAt"]}},
-                    ready=t.ready,
-                    restart_count=p.rec.get("restartCount", 0),
-                )
+                self._probe_event(pod, p, ev)
             except ApiError as e:  # written again when the probe flips next; pods gone meanwhile are dropped
-                log(f"{p.rec['namespace']}/{p.rec['name']}: readiness not written: {e}")
+                log(f"{p.rec['namespace']}/{p.rec['name']}: probe result not written: {e}")
+
+    def _probe_event(self, pod: dict, p: Proc, ev: ProbeEvent) -> None:
+        cname, kind = p.rec["container"], ev.target.kind
+        c = next((c for c in pod["spec"]["containers"] if c["name"] == cname), {})
+        if ev.what == "kill":
+            self.api.event(pod, "Unhealthy", f"{kind.capitalize()} probe failed: {ev.why}", "Warning", cname)
+            self.api.event(pod, "Killing", f"Container {cname} failed {kind} probe, will be restarted", "Normal", cname)
+            grace = ev.target.spec.grace_s
+            if grace is None:
+                grace = pod["spec"].get("terminationGracePeriodSeconds", MAX_GRACE)
+            p.rec["killedBy"] = kind
+            self.procs.save(p.rec)
+            with open(p.rec["log"], "ab") as lf:
+                lf.write(f"==== {now_iso()} container {cname} failed its {kind} probe: killed\n".encode())
+            self.procs.terminate(p, min(float(grace), MAX_GRACE))
+            return
+        if ev.what == "started" and c.get("readinessProbe"):
+            return  # its readiness probe decides from now on
+        if ev.what == "unready":
+            self.api.event(pod, "Unhealthy", f"Readiness probe failed: {ev.why}", "Warning", cname)
+        self.status.patch_container(
+            pod,
+            cname,
+            {"running": {"startedAt": p.rec["startedAt"]}},
+            ready=ev.what in ("ready", "started"),
+            restart_count=p.rec.get("restartCount", 0),
+        )
 
     def _unmapped_ready(self, pod: dict, statuses: dict) -> None:
         """A probed container the bed does not run has no process to probe: ready at once, as kwok
@@ -334,7 +374,7 @@ class Runner:
         mapped = {c["name"] for c in self.invoker.mapped_containers(pod)}
         for c in pod["spec"]["containers"]:
             s = statuses.get(c["name"]) or {}
-            if c["name"] not in mapped and c.get("readinessProbe") and "running" in (s.get("state") or {}):
+            if c["name"] not in mapped and gated(c) and "running" in (s.get("state") or {}):
                 if not s.get("ready"):
                     self.status.patch_container(pod, c["name"], s["state"], ready=True)
 
@@ -359,6 +399,10 @@ class Runner:
                 continue
             if p.is_alive():
                 self.procs.kill_escalate(p, t)
+            elif p.kill_at is not None and p.rec.get("killedBy") and not self._being_deleted(p):
+                self.procs.sweep(p)
+                p.kill_at = None
+                self.on_exit(p)  # restarts as restartPolicy says, like any other end
             elif p.kill_at is not None:
                 self._terminated(key, p)
             else:
@@ -367,7 +411,7 @@ class Runner:
             self.unreported.pop(key)
             self._report_exit(p, lost, until)
         self._restart_due(t)
-        self._readiness()
+        self._probe_events()
 
     def _refresh_tokens(self) -> None:
         for p in list(self.procs.values()):
@@ -378,6 +422,10 @@ class Runner:
                 self.sandboxes.refresh_tokens(p.sandbox, pod)
             except Exception as e:  # noqa: BLE001 - retried next tick, like a kubelet
                 log(f"token refresh for {p.rec['namespace']}/{p.rec['name']} failed: {e}")
+
+    def _being_deleted(self, p: Proc) -> bool:
+        pod = self.pods.get(p.rec["uid"])
+        return pod is None or bool(pod["metadata"].get("deletionTimestamp"))
 
     def _terminated(self, key: str, p: Proc) -> None:
         """A container stopped for its pod's deletion ended: finalize once the pod's last one did."""

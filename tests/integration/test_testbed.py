@@ -65,6 +65,15 @@ def test_a_volume_over_the_beds_own_files_is_not_mounted(tmp_path):
     assert not sbx._hides_the_bed("/etc/rltune") and not sbx._hides_the_bed(str(state / "volumes" / "x"))
 
 
+def _step(pr, now: float) -> list[str]:
+    """One tick of a Prober whose probes run at once: what changed, as ProbeEvent.what."""
+    events = pr.tick(now)
+    for t in pr.targets.values():
+        if t.running is not None:
+            t.running.result(timeout=5)  # the pool ran it; the next tick records it
+    return [f"{e.target.kind}:{e.what}" for e in events]
+
+
 def test_a_readiness_probe_flips_only_after_its_thresholds():
     """podprobe's state machine, as a kubelet counts: not ready until successThreshold passes in a
     row (none before initialDelaySeconds), ready until failureThreshold failures in a row."""
@@ -76,17 +85,38 @@ def test_a_readiness_probe_flips_only_after_its_thresholds():
     pr = Prober(log=lambda m: None, run=lambda t: (next(results), "scripted"))
     t = Target(key="uid_c", spec=ProbeSpec.of(probe), pod_ip="127.128.0.9", ports={}, started=100.0)
     pr.add(t)
-
-    def step(now: float) -> list[bool]:
-        changed = pr.tick(now)
-        if t.running is not None:
-            t.running.result(timeout=5)  # the pool ran it; the next tick records it
-        return [x.ready for x in changed]
-
-    assert step(104.0) == [] and t.running is None  # before initialDelaySeconds: no probe ran
-    flips = [step(105.0 + i) for i in range(8)]
+    assert _step(pr, 104.0) == [] and t.running is None  # before initialDelaySeconds: no probe ran
+    flips = [_step(pr, 105.0 + i) for i in range(8)]
     # results F T T F T F F: ready after the 2nd pass in a row, not ready after the 2nd failure in a row
-    assert flips == [[], [], [], [True], [], [], [], [False]]
+    r, u = ["readiness:ready"], ["readiness:unready"]
+    assert flips == [[], [], [], r, [], [], [], u]
+    pr.shutdown()
+
+
+def test_a_startup_probe_holds_liveness_and_a_failing_liveness_probe_kills():
+    """Until the startup probe passed, the liveness probe does not run (a kubelet's rule, so a slow
+    starter is not killed); then failureThreshold liveness failures in a row mean `kill`, once."""
+    from podprobe import Prober, ProbeSpec, Target
+
+    flag = {"up": False}
+    runs = []
+
+    def run(t):
+        runs.append(t.kind)
+        return (flag["up"], "starting") if t.kind == "startup" else (False, "hung")
+
+    pr = Prober(log=lambda m: None, run=run)
+    liveness = {"exec": {"command": ["x"]}, "periodSeconds": 1, "failureThreshold": 2}
+    startup = liveness | {"failureThreshold": 30}
+    for kind, probe in (("startup", startup), ("liveness", liveness)):
+        pr.add(Target(key="uid_c", spec=ProbeSpec.of(probe), pod_ip="127.128.0.9", ports={}, started=0.0, kind=kind))
+    seen = [_step(pr, float(i)) for i in range(5)]
+    assert "liveness" not in runs and not any(seen)  # held while the startup probe fails
+    flag["up"] = True
+    seen = [_step(pr, 5.0 + i) for i in range(6)]
+    assert ["startup:started"] in seen and ["liveness:kill"] in seen
+    assert seen.index(["liveness:kill"]) > seen.index(["startup:started"])
+    assert "uid_c" not in pr  # the killed container's probes ended with it
     pr.shutdown()
 
 
@@ -127,6 +157,10 @@ def test_probe_handlers_reach_the_pod_ip_and_named_ports(tmp_path):
     ok, out = run_once(t)
     assert ok and ip in out, out
     assert not run_once(target({"exec": {"command": ["false"]}}))[0]
+    slow = target({"exec": {"command": ["sh", "-c", "sleep 30 & wait"]}, "timeoutSeconds": 1})
+    t0 = time.time()
+    ok, why = run_once(slow)
+    assert not ok and "timed out" in why and time.time() - t0 < 5  # the shell's child was killed too
 
 
 def test_kwok_stages_are_data_with_the_runner_images_filled_in():
@@ -604,3 +638,63 @@ def test_an_exec_probe_sees_the_pods_own_localhost(bed, core, namespace):
 
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=2).close()
+
+
+def test_a_failing_liveness_probe_restarts_the_container(bed, core, namespace):
+    """failureThreshold liveness failures in a row: the container is killed (events Unhealthy and
+    Killing, lastState terminated with reason Error) and restarts as restartPolicy Always says."""
+    port, flag = _free_port(), str(bed.state_dir / f"live-{uuid.uuid4().hex[:8]}.bad")
+    pod = b.python_pod("live", _probe_server(port, flag), restart_policy="Always", grace=2)
+    pod["spec"]["containers"][0]["livenessProbe"] = {
+        "httpGet": {"path": "/healthz", "port": port},
+        "initialDelaySeconds": 5,
+        "periodSeconds": 1,
+        "failureThreshold": 2,
+    }
+    core.create_namespaced_pod(namespace, pod)
+    b.wait_pod(core, namespace, "live", phases=("Running",), timeout=30)
+    b.wait_for(lambda: "listening" in bed.pod_log(namespace, "live"), 30, what="server listening")
+    time.sleep(4)  # alive and answering: the probe passes, nothing restarts
+    assert core.read_namespaced_pod("live", namespace).status.container_statuses[0].restart_count == 0
+    open(flag, "w").close()  # /healthz now answers 503
+
+    def restarted():
+        cs = core.read_namespaced_pod("live", namespace).status.container_statuses[0]
+        return cs if cs.restart_count >= 1 else None
+
+    cs = b.wait_for(restarted, 30, what="restarted after its liveness probe failed")
+    os.unlink(flag)
+    term = cs.last_state.terminated
+    assert term is not None and term.reason == "Error" and term.exit_code != 0, cs
+    reasons = {e.reason for e in core.list_namespaced_event(namespace, field_selector="involvedObject.name=live").items}
+    assert {"Unhealthy", "Killing"} <= reasons, reasons
+    assert "failed its liveness probe: killed" in bed.pod_log(namespace, "live")
+    b.wait_for(
+        lambda: core.read_namespaced_pod("live", namespace).status.container_statuses[0].state.running is not None,
+        60,
+        what="running again",
+    )
+
+
+def test_a_startup_probe_holds_readiness_and_liveness_until_it_passes(bed, core, namespace):
+    """A slow starter with a startupProbe is not ready, and not killed by a liveness probe that
+    would fail at once, until its startup probe passes; then it is Ready."""
+    flag = str(bed.state_dir / f"started-{uuid.uuid4().hex[:8]}")
+    pod = b.python_pod("slowstart", "import time; time.sleep(300)")
+    check = {"exec": {"command": ["test", "-f", flag]}, "periodSeconds": 1}
+    pod["spec"]["containers"][0]["startupProbe"] = check | {"failureThreshold": 60}
+    pod["spec"]["containers"][0]["livenessProbe"] = check | {"failureThreshold": 1}
+    core.create_namespaced_pod(namespace, pod)
+    b.wait_pod(core, namespace, "slowstart", phases=("Running",), timeout=30)
+    time.sleep(4)  # the liveness probe would have killed it by now if it ran
+    p = core.read_namespaced_pod("slowstart", namespace)
+    cs = p.status.container_statuses[0]
+    assert cs.restart_count == 0 and cs.ready is False and b.pod_condition(p, "Ready").status == "False", p.status
+    open(flag, "w").close()
+    b.wait_for(
+        lambda: b.pod_condition(core.read_namespaced_pod("slowstart", namespace), "Ready").status == "True",
+        20,
+        what="Ready once the startup probe passed",
+    )
+    assert core.read_namespaced_pod("slowstart", namespace).status.container_statuses[0].restart_count == 0
+    os.unlink(flag)
