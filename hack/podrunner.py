@@ -171,7 +171,8 @@ class Runner:
                 return False  # running, or failed (on_exit restarts it or failed the pod)
         if pod_initializing(pod) or uid in self.init_begun:
             self.init_begun.discard(uid)
-            self.status.patch(pod, initialized_patch(pod, self._probed(pod)))
+            starting = {c["name"] for c in self.invoker.mapped_containers(pod) if c.get("startupProbe")}
+            self.status.patch(pod, initialized_patch(pod, self._probed(pod), starting))
             log(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}: init containers completed")
         return True
 
@@ -286,6 +287,7 @@ class Runner:
                 {"running": {"startedAt": p.rec["startedAt"]}},
                 ready=not gated(c),
                 restart_count=restart_count,
+                started=not c.get("startupProbe"),
             )
 
     # ------------------------------------------------------------------ readiness (podprobe)
@@ -360,12 +362,14 @@ class Runner:
             return  # its readiness probe decides from now on
         if ev.what == "unready":
             self.api.event(pod, "Unhealthy", f"Readiness probe failed: {ev.why}", "Warning", cname)
+        startup = self.prober.targets.get(f"{p.key}/startup")
         self.status.patch_container(
             pod,
             cname,
             {"running": {"startedAt": p.rec["startedAt"]}},
             ready=ev.what in ("ready", "started"),
             restart_count=p.rec.get("restartCount", 0),
+            started=startup is None or startup.ready,
         )
 
     def _unmapped_ready(self, pod: dict, statuses: dict) -> None:

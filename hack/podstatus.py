@@ -54,15 +54,18 @@ def status_patch(
     phase: str | None = None,
     all_states: dict | None = None,
     t: str | None = None,
+    started: bool | None = None,
 ) -> dict:
     """The status patch that sets container `cname` to `state` (and the others named in
-    `all_states`), with the pod's phase and Ready conditions where they change."""
+    `all_states`), with the pod's phase and Ready conditions where they change. `started`: whether
+    its startup probe passed (default: running; a kubelet says false until a startupProbe passed)."""
     statuses = container_statuses(pod)
     out = []
     for c in pod["spec"]["containers"]:
         s = dict(statuses.get(c["name"]) or {"name": c["name"], "image": c["image"], "imageID": "", "restartCount": 0})
         if c["name"] == cname:
-            s.update({"state": state, "ready": ready, "started": "running" in state, "restartCount": restart_count})
+            s.update({"state": state, "ready": ready, "restartCount": restart_count})
+            s["started"] = ("running" in state) and (started is None or started)
             if last_state is not None:
                 s["lastState"] = last_state
         elif all_states and c["name"] in all_states:
@@ -121,8 +124,9 @@ class StatusWriter:
         last_state: dict | None = None,
         phase: str | None = None,
         all_states: dict | None = None,
+        started: bool | None = None,
     ) -> None:
-        status = status_patch(pod, cname, state, ready, restart_count, last_state, phase, all_states)
+        status = status_patch(pod, cname, state, ready, restart_count, last_state, phase, all_states, started=started)
         self.patch_status(pod, status)
         # keep our cached copy current so later patches build on it
         pod.setdefault("status", {})["containerStatuses"] = status["containerStatuses"]
@@ -202,9 +206,12 @@ def init_status_patch(
     }
 
 
-def initialized_patch(pod: dict, probed: set[str] = frozenset(), t: str | None = None) -> dict:
+def initialized_patch(
+    pod: dict, probed: set[str] = frozenset(), starting: set[str] = frozenset(), t: str | None = None
+) -> dict:
     """Init containers done: the main containers start, Running; Ready unless a container in
-    `probed` waits for its readiness probe (podprobe)."""
+    `probed` waits for a readiness or startup probe (podprobe); `started` false for the ones in
+    `starting` (a startup probe to pass)."""
     t = t or now_iso()
     mains = [
         {
@@ -212,7 +219,7 @@ def initialized_patch(pod: dict, probed: set[str] = frozenset(), t: str | None =
             "image": c["image"],
             "imageID": "",
             "ready": c["name"] not in probed,
-            "started": True,
+            "started": c["name"] not in starting,
             "restartCount": 0,
             "state": {"running": {"startedAt": t}},
         }

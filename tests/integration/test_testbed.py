@@ -690,11 +690,13 @@ def test_a_startup_probe_holds_readiness_and_liveness_until_it_passes(bed, core,
     p = core.read_namespaced_pod("slowstart", namespace)
     cs = p.status.container_statuses[0]
     assert cs.restart_count == 0 and cs.ready is False and b.pod_condition(p, "Ready").status == "False", p.status
+    assert cs.started is False  # as a kubelet reports it until the startup probe passed
     open(flag, "w").close()
     b.wait_for(
         lambda: b.pod_condition(core.read_namespaced_pod("slowstart", namespace), "Ready").status == "True",
         20,
         what="Ready once the startup probe passed",
     )
-    assert core.read_namespaced_pod("slowstart", namespace).status.container_statuses[0].restart_count == 0
+    cs = core.read_namespaced_pod("slowstart", namespace).status.container_statuses[0]
+    assert cs.restart_count == 0 and cs.started is True, cs
     os.unlink(flag)
