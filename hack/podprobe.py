@@ -102,7 +102,6 @@ class Target:
     failures: int = 0
     next_at: float = 0.0
     running: Future | None = None
-    last_error: str = ""
 
     def __post_init__(self) -> None:
         self.next_at = self.started + self.spec.initial_delay_s
@@ -127,7 +126,7 @@ def probe_sandbox(sb: Sandbox | None, hosts_file: Path | None) -> Sandbox:
     mounts = [m for m in (sb.mounts if sb else []) if not (hosts_file and m.target == "/etc/hosts")]
     if hosts_file is not None:
         mounts.append(Mount(hosts_file, "/etc/hosts", False))
-    return Sandbox(mounts=mounts, env=dict(sb.env) if sb else {})
+    return Sandbox(mounts=mounts)  # the env is the Target's: the container's, sandbox env included
 
 
 def write_probe_hosts(path: Path, pod_ip: str, pod_hosts: Path | None) -> Path:
@@ -271,7 +270,6 @@ class Prober:
                 return ProbeEvent(t, "started" if t.kind == "startup" else "ready")
             return None
         t.failures, t.successes = t.failures + 1, 0
-        t.last_error = why
         if t.failures < t.spec.failure_threshold:
             return None
         if t.kind == "readiness" and t.ready:

@@ -42,6 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from podstatus import pod_ready
+
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 
@@ -363,7 +365,7 @@ class PodSandboxes:
                     if p["metadata"]["namespace"] == ns
                     and (p.get("status") or {}).get("podIP")
                     and not p["metadata"].get("deletionTimestamp")
-                    and (any_readiness or _ready(p))
+                    and (any_readiness or pod_ready(p))
                     and all((p["metadata"].get("labels") or {}).get(k) == v for k, v in sel.items())
                 ),
                 None,
@@ -377,11 +379,6 @@ class PodSandboxes:
                 host = f"{ps.get('hostname') or pm['name']}.{ps['subdomain']}.{pm['namespace']}.svc"
                 lines.append(f"{p['status']['podIP']}\t{host} {host}.cluster.local")
         return "\n".join(lines) + "\n"
-
-
-def _ready(pod: dict) -> bool:
-    conds = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
 
 
 def write_in_place(path: Path, text: str) -> None:
