@@ -358,16 +358,16 @@ class Runner:
                 lf.write(f"==== {now_iso()} container {cname} failed its {kind} probe: killed\n".encode())
             self.procs.terminate(p, min(float(grace), MAX_GRACE))
             return
-        if ev.what == "started" and c.get("readinessProbe"):
-            return  # its readiness probe decides from now on
         if ev.what == "unready":
             self.api.event(pod, "Unhealthy", f"Readiness probe failed: {ev.why}", "Warning", cname)
         startup = self.prober.targets.get(f"{p.key}/startup")
+        # startup passed: started now; ready too unless a readiness probe decides that from now on
+        ready = ev.what == "ready" or (ev.what == "started" and not c.get("readinessProbe"))
         self.status.patch_container(
             pod,
             cname,
             {"running": {"startedAt": p.rec["startedAt"]}},
-            ready=ev.what in ("ready", "started"),
+            ready=ready,
             restart_count=p.rec.get("restartCount", 0),
             started=startup is None or startup.ready,
         )

@@ -678,12 +678,18 @@ def test_a_failing_liveness_probe_restarts_the_container(bed, core, namespace):
 
 def test_a_startup_probe_holds_readiness_and_liveness_until_it_passes(bed, core, namespace):
     """A slow starter with a startupProbe is not ready, and not killed by a liveness probe that
-    would fail at once, until its startup probe passes; then it is Ready."""
+    would fail at once, until its startup probe passes; then it is started, and Ready once its
+    readiness probe passes too."""
     flag = str(bed.state_dir / f"started-{uuid.uuid4().hex[:8]}")
+    ready_flag = flag + ".ready"
     pod = b.python_pod("slowstart", "import time; time.sleep(300)")
     check = {"exec": {"command": ["test", "-f", flag]}, "periodSeconds": 1}
     pod["spec"]["containers"][0]["startupProbe"] = check | {"failureThreshold": 60}
     pod["spec"]["containers"][0]["livenessProbe"] = check | {"failureThreshold": 1}
+    pod["spec"]["containers"][0]["readinessProbe"] = {
+        "exec": {"command": ["test", "-f", ready_flag]},
+        "periodSeconds": 1,
+    }
     core.create_namespaced_pod(namespace, pod)
     b.wait_pod(core, namespace, "slowstart", phases=("Running",), timeout=30)
     time.sleep(4)  # the liveness probe would have killed it by now if it ran
@@ -692,11 +698,19 @@ def test_a_startup_probe_holds_readiness_and_liveness_until_it_passes(bed, core,
     assert cs.restart_count == 0 and cs.ready is False and b.pod_condition(p, "Ready").status == "False", p.status
     assert cs.started is False  # as a kubelet reports it until the startup probe passed
     open(flag, "w").close()
+    cs = b.wait_for(
+        lambda: (s := core.read_namespaced_pod("slowstart", namespace).status.container_statuses[0]).started and s,
+        20,
+        what="started once the startup probe passed",
+    )
+    assert cs.ready is False  # its readiness probe has not passed yet
+    open(ready_flag, "w").close()
     b.wait_for(
         lambda: b.pod_condition(core.read_namespaced_pod("slowstart", namespace), "Ready").status == "True",
         20,
-        what="Ready once the startup probe passed",
+        what="Ready once the readiness probe passed too",
     )
     cs = core.read_namespaced_pod("slowstart", namespace).status.container_statuses[0]
     assert cs.restart_count == 0 and cs.started is True, cs
     os.unlink(flag)
+    os.unlink(ready_flag)
