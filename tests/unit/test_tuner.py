@@ -184,6 +184,33 @@ def test_uncertainty_scale_follows_the_forecasters_realized_errors():
     assert min(c.objective_std for c in c_right) < min(c.objective_std for c in c_wrong)
 
 
+def test_uncertainty_scale_does_not_count_a_trials_own_noise_as_forecast_error():
+    # a measured mean misses the truth by the trial's own noise, which noisy_trial_value adds on its
+    # own: a forecaster whose misses are just that noise is right (scale well below 1), not 1 sd off
+    from rltune.tuner.core import SCALE_RANGE, trial_noise_sd
+
+    spec = job()
+    base, hist = _loop(spec, _truth, n=4)
+    per_step = Tuner(spec, base, hist).step_noise_sd()
+
+    def missed_by(k):
+        h = []
+        for r in hist:
+            if r.summary is None or not r.summary.steps:
+                continue
+            m, noise = r.summary.step_time, trial_noise_sd(per_step, r.summary.steps)
+            p = m / (1.0 + k * noise)  # off by k x the trial's noise, stated sd = that noise
+            h.append(r.model_copy(update={"predicted": p, "predicted_std": noise * p}))
+        return Tuner(spec, base, h)
+
+    n = len(missed_by(1.0).forecast_trials())
+    assert n >= 3
+    assert missed_by(1.0).uncertainty_scale() == pytest.approx(max(SCALE_RANGE[0], (1.0 / (1 + n)) ** 0.5), rel=1e-6)
+    assert missed_by(3.0).uncertainty_scale() == pytest.approx(((1.0 + 8.0 * n) / (1 + n)) ** 0.5, rel=1e-6)
+    # one measured step is noisier than three: the same miss is less evidence against the forecaster
+    assert trial_noise_sd(per_step, 1) > trial_noise_sd(per_step, 3)
+
+
 def test_search_stops_when_no_trial_pays_for_itself():
     spec = job()
     base, hist = _loop(spec, _truth, n=3)

@@ -84,6 +84,13 @@ def baseline_record(spec: RLTuningJobSpec, summary: Optional[TrialSummary] = Non
     return rec
 
 
+def trial_noise_sd(per_step: float, steps: int) -> float:
+    """Relative sd of a trial's scored step time over `steps` steady steps of per-step relative sd
+    `per_step`: x sqrt(pi/2) when it is scored by the median (summary.ROBUST_MIN_STEPS)."""
+    n = max(1, steps)
+    return per_step * math.sqrt((math.pi / 2 if n >= ROBUST_MIN_STEPS else 1.0) / n)
+
+
 class Tuner:
     def __init__(self, spec: RLTuningJobSpec, baseline: TrialRecord, history: list[TrialRecord]):
         self.spec = spec
@@ -179,13 +186,19 @@ class Tuner:
         mean squared z-score of the trials it forecast, shrunk towards 1 by one pseudo-trial.
         The search multiplies the sd by it: a forecaster that has been right explores less, one
         that has missed explores more (the stated sd is the physics prior's, ~30% per unmeasured
-        knob value, while the measured error is often a few percent)."""
+        knob value, while the measured error is often a few percent). A trial's measured mean
+        misses the truth by its own noise too (trial_noise_sd), which noisy_trial_value adds
+        separately, so its expected square is taken out of each squared error: otherwise, where
+        the forecaster is within a trial's noise, the scale would count that noise twice and the
+        search would value re-drawing it."""
+        per_step = self.step_noise_sd()
         z2 = [
-            ((r.summary.step_time - r.predicted) / r.predicted_std) ** 2
+            ((r.summary.step_time - r.predicted) ** 2 - (trial_noise_sd(per_step, r.summary.steps) * r.predicted) ** 2)
+            / r.predicted_std**2
             for r in self.forecast_trials()
             if r.predicted_std and r.predicted_std > 0
         ]
-        s = math.sqrt((1.0 + sum(z2)) / (1.0 + len(z2)))
+        s = math.sqrt(max(0.0, (1.0 + sum(z2)) / (1.0 + len(z2))))
         return min(max(s, SCALE_RANGE[0]), SCALE_RANGE[1])
 
     def _candidates(self, **kw) -> list[Candidate]:
@@ -206,10 +219,15 @@ class Tuner:
         return ei * b.planned_steps - np.array([c.objective for c in cands]) * self.trial_steps()
 
     def measurement_sd(self) -> float:
-        """Relative standard deviation of one trial's scored objective on this job: the per-step
-        spread of the steady steps measured so far (variances pooled over every measured trial,
-        with NOISE_SD as one prior trial of stepsPerTrial steps), over the steady steps a trial
-        scores; x sqrt(pi/2) when it is scored by the median (summary.ROBUST_MIN_STEPS)."""
+        """Relative standard deviation of one trial's scored objective on this job: step_noise_sd()
+        over the steady steps a trial scores (trial_noise_sd)."""
+        b = self.spec.budget
+        return trial_noise_sd(self.step_noise_sd(), max(1, b.steps_per_trial - b.warmup_steps))
+
+    def step_noise_sd(self) -> float:
+        """Relative standard deviation of one steady step on this job: the per-step spread of the
+        steady steps measured so far (variances pooled over every measured trial, with NOISE_SD as
+        one prior trial of stepsPerTrial steps)."""
         b = self.spec.budget
         n = max(1, b.steps_per_trial - b.warmup_steps)
         prior_df = float(max(1, n - 1))  # one prior trial's degrees of freedom
@@ -219,8 +237,7 @@ class Tuner:
             if s is not None and not s.failed and not s.nan and s.steps >= 2 and s.step_time_mean > 0:
                 df += s.steps - 1
                 ss += (s.steps - 1) * (s.step_time_std / s.step_time_mean) ** 2
-        per_step = math.sqrt(ss / df)
-        return per_step * math.sqrt((math.pi / 2 if n >= ROBUST_MIN_STEPS else 1.0) / n)
+        return math.sqrt(ss / df)
 
     def trial_steps(self) -> float:
         """What one trial costs, in steady steps: budget.stepsPerTrial plus how much longer than a
