@@ -228,10 +228,14 @@ class Prober:
     def __contains__(self, key: str) -> bool:
         return any(t.key == key for t in self.targets.values())
 
+    def starting(self, key: str) -> bool:
+        """Container `key` has a startup probe that has not passed yet (a kubelet's started: false)."""
+        s = self.targets.get(f"{key}/startup")
+        return s is not None and not s.ready
+
     def _gated(self, t: Target) -> bool:
         """A startup probe that has not passed holds the container's other probes."""
-        s = self.targets.get(f"{t.key}/startup")
-        return t.kind != "startup" and s is not None and not s.ready
+        return t.kind != "startup" and self.starting(t.key)
 
     def tick(self, now: float | None = None) -> list[ProbeEvent]:
         now = time.time() if now is None else now

@@ -360,7 +360,6 @@ class Runner:
             return
         if ev.what == "unready":
             self.api.event(pod, "Unhealthy", f"Readiness probe failed: {ev.why}", "Warning", cname)
-        startup = self.prober.targets.get(f"{p.key}/startup")
         # startup passed: started now; ready too unless a readiness probe decides that from now on
         ready = ev.what == "ready" or (ev.what == "started" and not c.get("readinessProbe"))
         self.status.patch_container(
@@ -369,7 +368,7 @@ class Runner:
             {"running": {"startedAt": p.rec["startedAt"]}},
             ready=ready,
             restart_count=p.rec.get("restartCount", 0),
-            started=startup is None or startup.ready,
+            started=not self.prober.starting(p.key),
         )
 
     def _unmapped_ready(self, pod: dict, statuses: dict) -> None:
