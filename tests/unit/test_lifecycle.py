@@ -400,3 +400,31 @@ def test_the_baseline_is_never_confirmed_as_its_own_winner():
     base = [t for t in status.trials if t.kind == "baseline"]
     assert len(base) == 1 and base[0].state == TrialState.SUCCEEDED
     assert [t.state for t in status.trials if t.kind == "search"] == [TrialState.REJECTED] * 2
+
+
+def test_a_step_out_of_time_proposes_from_what_it_weighed_and_says_so():
+    """budget_seconds: a step whose search runs out of time ends anyway (here with nothing weighed, so
+    nothing proposed), never ends the search for it, and says so in condition SearchTruncated and one
+    Warning event; a later step that weighs the whole space in time clears the condition."""
+    spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 0})
+    now = 1_000_000.0
+    d = L.step(spec, RLTuningJobStatus(), {}, now, budget_seconds=60.0)
+    assert [t.id for t in d.status.trials] == ["baseline"]
+    assert not [c for c in d.status.conditions if c.type == "SearchTruncated"]  # no search yet, nothing to say
+    cfg = R.config_from_diff(spec.baseline, d.status.trials[0].config)
+    done_baseline = {"baseline": ok(d.status.trials[0], cfg)}
+    status = d.status
+    events = []
+    for i in range(2):  # the baseline is scored, the search starts, and has no time at all
+        d = L.step(spec, status, done_baseline if i == 0 else {}, now + 10 * (i + 1), budget_seconds=0.0)
+        status, events = d.status, events + d.events
+        assert status.phase == Phase.SEARCHING and not d.started and not status.completed_at
+    cond = next(c for c in status.conditions if c.type == "SearchTruncated")
+    assert cond.status == "True" and cond.reason == "TickBudget"
+    assert "tickBudgetSeconds" in cond.message and "out of time" in cond.message
+    warned = [e for e in events if e.reason == "SearchTruncated"]
+    assert len(warned) == 1 and warned[0].type == "Warning"  # once, not every tick
+    d = L.step(spec, status, {}, now + 40, budget_seconds=600.0)
+    assert d.started and all(t.startswith("t") for t in d.started)
+    cond = next(c for c in d.status.conditions if c.type == "SearchTruncated")
+    assert cond.status == "False" and cond.reason == "Complete"

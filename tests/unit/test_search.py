@@ -203,3 +203,59 @@ def test_a_knob_value_no_trial_measured_stays_a_candidate(monkeypatch):
     assert tp1 and all("rollout.tp=1" in c.extrapolation for c in tp1)
     monkeypatch.setattr(search, "EXPLORE", 0)
     assert not [c for c in search.candidates(t.space, t.forecaster) if c.k["rollout.tp"] == 1]
+
+
+# --------------------------------------------------------------------------- bounded work
+
+
+def test_uniq_is_first_occurrences_in_order_with_the_lists_equality():
+    from rltune.tuner.search import _uniq
+
+    assert _uniq([3, 1, 3, 2, 1]) == [3, 1, 2]
+    assert _uniq([1, 1.0, True, 0.5]) == [1, 0.5]  # what `x not in out` kept
+    assert _uniq([{"a": 1, "b": 2}, {"b": 2, "a": 1}, {"a": 2}]) == [{"a": 1, "b": 2}, {"a": 2}]
+    assert _uniq([[1], [1], [2]]) == [[1], [2]]  # unhashable: the slow way, same result
+
+
+class Ticks:
+    """A clock that advances one second each time it is read: a deadline passes after a fixed number of looks."""
+
+    def __init__(self):
+        self.n = 0
+
+    def __call__(self) -> float:
+        self.n += 1
+        return float(self.n)
+
+
+def test_a_deadline_ends_the_enumeration_with_what_it_has_and_says_so():
+    from rltune.tuner.search import Deadline, candidates
+
+    spec = job()
+    t = Tuner(spec, _base(spec), [])
+    full = candidates(t.space, t.forecaster)
+    clock = Ticks()
+    d = Deadline(1e9, clock)
+    assert [c.k for c in candidates(t.space, t.forecaster, deadline=d)] == [c.k for c in full]
+    assert d.completed == 1 and d.truncated == []
+    looks = clock.n
+    d = Deadline(looks // 2, Ticks())  # runs out half-way through the looks a whole enumeration takes
+    part = candidates(t.space, t.forecaster, deadline=d)
+    assert d.completed == 0 and len(d.truncated) == 1 and "out of time" in d.truncated[0]
+    keys = [t.space.config_key(c.k) for c in full]
+    assert 0 < len(part) < len(full)
+    assert [t.space.config_key(c.k) for c in part] == keys[: len(part)]  # a prefix: nothing made up
+    d = Deadline(0.0)
+    assert candidates(t.space, t.forecaster, deadline=d) == [] and d.truncated
+
+
+def test_a_truncated_search_never_ends_for_it():
+    """Only part of the space was weighed: `done` must not call it exhausted or not worth a trial."""
+    from rltune.tuner.search import Deadline
+
+    frozen = [k for k in ALL_KNOBS if k != "rollout.tp"]
+    spec = job(searchSpace={"knobs": {"rollout.tp": [3, 5, 8]}, "frozen": frozen})
+    t = Tuner(spec, _base(spec), [], deadline=Deadline(0.0))
+    assert t.propose(4, 32) == []
+    done, why = t.done()
+    assert not done and why.startswith("search truncated: out of time") and t.truncated

@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from rltune.api import crdgen
-from rltune.api.models import RLTuningJobSpec
+from rltune.api.models import RLTuningJobSpec, knob_paths
 from rltune.controller.reconcile import InvalidSpec, validate_spec
-from rltune.tuner.validation import Problem, check_spec
+from rltune.tuner.search import MAX_SPACE, MAX_WORK, Space
+from rltune.tuner.validation import Problem, _some_valid_configuration, check_spec
 from rltune.twin.efficiency import check_scenario, efficiency
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -93,9 +94,7 @@ def test_valid_variants_have_no_problems():
             baseline__trainer__etp=None,
         ),  # a dense model may say all layers are dense
         with_(base, workload__task__meanResponseTokens=16384),  # mean == max
-        with_(
-            base, metrics={"prometheusUrl": "https://prom.example.com/api/prom", "pushgatewayUrl": "http://pgw:9091"}
-        ),
+        with_(base, metrics={"prometheusUrl": "https://prom.example.com", "pushgatewayUrl": "http://pgw:9091"}),
         with_(base, baseline__rollout__gpuMemoryUtilization=0.98),
         with_(base, resources__nodeSelector={"cloud.google.com/gke-nodepool": "gpu-pool", "pool": ""}),
         with_(
@@ -513,14 +512,157 @@ def test_disaggregated_only_without_a_split():
 
 
 def test_a_wide_space_of_non_layout_knobs_is_valid():
-    """Validity is judged on the layout knobs; many values of the other knobs are no problem."""
+    """Validity is judged on the layout knobs; many values of the other knobs are no layout problem
+    (only too many to weigh on every tick: the size bound, tested below)."""
     wide = {
         "rollout.maxNumSeqs": list(range(1, 65)),
         "rollout.maxNumBatchedTokens": list(range(1024, 1024 + 64)),
         "trainer.microBatchTokens": list(range(1024, 1024 + 64)),
         "rollout.gpuMemoryUtilization": [0.5, 0.6, 0.7],
     }
-    assert problems(with_(demo(), searchSpace={"knobs": wide})) == []
+    spec = RLTuningJobSpec.model_validate(with_(demo(), searchSpace={"knobs": wide}))
+    assert _some_valid_configuration(Space(spec)) == []
+    (p,) = check_spec(spec)
+    assert p.field == "spec.searchSpace" and "configurations" in p.message
+
+
+# --------------------------------------------------------------------------- a bounded space
+
+R64 = list(range(1, 65))
+# Every knob path the CRD admits (24) with up to 64 values, each of them valid on its own.
+WIDEST = {
+    "gpus": R64,
+    "trainerGpus": list(range(1, 64)),
+    "placement": ["colocated", "disaggregated"],
+    "weightSync": ["nccl", "checkpoint-engine", "disk"],
+    "trainer.tp": R64,
+    "trainer.pp": R64,
+    "trainer.cp": R64,
+    "trainer.ep": R64,
+    "trainer.etp": R64,
+    "trainer.microBatchTokens": [256 * i for i in R64],
+    "trainer.recompute": ["none", "selective", "full"],
+    "trainer.offload": [False, True],
+    "rollout.tp": R64,
+    "rollout.expertParallel": [False, True],
+    "rollout.gpuMemoryUtilization": [round(0.05 + 0.01 * i, 2) for i in range(64)],
+    "rollout.maxNumSeqs": R64,
+    "rollout.maxNumBatchedTokens": [16 + i for i in range(64)],
+    "rollout.cudaGraphs": [False, True],
+    "rollout.fp8": [False, True],
+    "async.staleness": list(range(17)),
+    "async.partialRollout": [False, True],
+    "async.staleFraction": [i / 63 for i in range(64)],
+    "cpu.rolloutThreads": R64,
+    "cpu.trainerThreads": R64,
+}
+
+
+def _never(*a, **k):
+    raise AssertionError("the space was enumerated")
+
+
+def test_a_space_of_24_knobs_of_64_values_is_refused_by_counting(monkeypatch):
+    """~3x10^30 configurations (far past anything enumerable): refused with the count, the bound and
+    the fix, counted arithmetically: nothing that walks the space may run."""
+    from rltune.tuner import validation
+
+    monkeypatch.setattr(Space, "iter_outer", _never)
+    monkeypatch.setattr(Space, "halves", _never)
+    monkeypatch.setattr(validation, "_layouts", _never)
+    raw = with_(demo(), resources__gpuBudget=64, constraints__maxStaleness=16, searchSpace={"knobs": WIDEST})
+    assert sorted(WIDEST) == sorted(knob_paths()) and len(WIDEST) == 24
+    (p,) = problems(raw)
+    assert p.field == "spec.searchSpace"
+    # GPU count x placement: colocated once, disaggregated once per listed trainer split below it
+    contexts = sum(1 + sum(1 for t in WIDEST["trainerGpus"] if t < g) for g in WIDEST["gpus"])
+    rest = 1
+    for k, v in WIDEST.items():
+        if k not in ("gpus", "trainerGpus", "placement"):
+            rest *= len(v)
+    expected = contexts * rest
+    assert expected > 10**30
+    count = int(re.search(r"holds ([\d,]+) configurations", p.message).group(1).replace(",", ""))
+    assert count == expected
+    assert f"{MAX_SPACE:,}" in p.message
+    assert "list fewer values in spec.searchSpace.knobs" in p.message and "spec.searchSpace.frozen" in p.message
+
+
+def test_the_refusal_reaches_the_operator_before_any_pod():
+    """preflight (the operator's SpecValid=False before the first pod) carries the refusal."""
+    from rltune.controller.reconcile import preflight
+    from rltune.settings import OperatorSettings
+
+    case = yaml.safe_load((ROOT / "tests" / "invalid_jobs" / "space-too-large.yaml").read_text())["spec"]
+    with pytest.raises(InvalidSpec) as e:
+        preflight(validate_spec(case), OperatorSettings())
+    assert "spec.searchSpace" in str(e.value) and "configurations" in str(e.value)
+
+
+def _space(knobs: dict) -> dict:
+    return with_(demo(), searchSpace={"frozen": ["rollout.fp8"], "knobs": knobs})
+
+
+def _largest(knobs: dict, knob: str, values) -> int:
+    """The most values of `knob` (values(n): n of them) beside `knobs` for which the demo job's space
+    stays within both bounds, by counting (at most 64: the CRD's limit)."""
+    ok = 0
+    for n in range(1, 65):
+        space = Space(RLTuningJobSpec.model_validate(_space(knobs | {knob: values(n)})))
+        if space.count() > MAX_SPACE or space.work() > MAX_WORK:
+            break
+        ok = n
+    return ok
+
+
+ONE_CONTEXT = {
+    "placement": ["colocated"],
+    "async.staleness": [0],
+    "async.partialRollout": [False],
+    "weightSync": ["nccl"],
+}
+
+
+@pytest.mark.parametrize(
+    "knobs, knob, values, binding",
+    [
+        # wide halves in a single outer context, more and more CPU splits: the configuration count runs out
+        (
+            ONE_CONTEXT
+            | {"rollout.maxNumSeqs": list(range(16, 16 * 65, 16)), "trainer.microBatchTokens": [1024 * i for i in R64]},
+            "cpu.rolloutThreads",
+            lambda n: list(range(1, n + 1)),
+            "count",
+        ),
+        # more and more rollout halves, each a vLLM forecast per rollout context: the work runs out first
+        (
+            {"rollout.maxNumBatchedTokens": [8192, 16384, 32768]},
+            "rollout.maxNumSeqs",
+            lambda n: [16 * i for i in range(1, n + 1)],
+            "work",
+        ),
+    ],
+)
+def test_the_largest_space_under_the_bounds_is_valid(knobs, knob, values, binding):
+    n = _largest(knobs, knob, values)
+    assert 1 <= n < 64, n
+    assert problems(_space(knobs | {knob: values(n)})) == []
+    past = _space(knobs | {knob: values(n + 1)})
+    (p,) = problems(past)
+    assert p.field == "spec.searchSpace" and "configurations" in p.message
+    space = Space(RLTuningJobSpec.model_validate(past))
+    if binding == "count":
+        assert space.count() > MAX_SPACE and space.work() <= MAX_WORK
+    else:
+        assert space.work() > MAX_WORK and space.count() <= MAX_SPACE
+
+
+def test_every_example_is_within_the_bounds():
+    """What the project ships runs: every example job's space is within both bounds (bench.space_bound
+    checks the bench's jobs and the invalid corpus too)."""
+    for param in _example_specs():
+        space = Space(validate_spec(param.values[0]))
+        assert space.count() <= MAX_SPACE and space.work() <= MAX_WORK, param.id
 
 
 # --------------------------------------------------------------------------- check_scenario

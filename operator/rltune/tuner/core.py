@@ -22,7 +22,7 @@ from . import headroom, physics
 from .forecast import ALL_FEATS, NOISE_SD, Forecaster, Prediction, features
 from .profile import Profile, profile
 from .records import config_changes, objective_of
-from .search import Candidate, Space, candidates, expected_improvement, explicit, flat_key, noisy_trial_value
+from .search import Candidate, Deadline, Space, candidates, expected_improvement, explicit, flat_key, noisy_trial_value
 from .summary import ROBUST_MIN_STEPS, TrialSummary, TunerModel, summarize
 
 TERMINAL = tuple(s for s in TrialState if s.is_terminal)
@@ -92,8 +92,18 @@ def trial_noise_sd(per_step: float, steps: int) -> float:
 
 
 class Tuner:
-    def __init__(self, spec: RLTuningJobSpec, baseline: TrialRecord, history: list[TrialRecord]):
+    def __init__(
+        self,
+        spec: RLTuningJobSpec,
+        baseline: TrialRecord,
+        history: list[TrialRecord],
+        deadline: Optional[Deadline] = None,
+    ):
+        """`deadline`: the time budget of the caller's tick (search.Deadline; None: none). The search's
+        enumeration stops when it passes (`truncated`), and `done` then never ends the search."""
         self.spec = spec
+        self.deadline = deadline
+        self._cands: dict = {}  # exclude -> the candidates of the whole space (gpus_max filters them)
         self.baseline = baseline
         self.history = list(history)
         self.budget = spec.resources.gpu_budget
@@ -122,6 +132,8 @@ class Tuner:
         self.tried.add(flat_key(baseline.config.flat(), self.budget, self.gpn))
         self.bans = self._bans()
         self._profile: Optional[Profile] = None
+        # configurations that passed the gates (p_pass reads them once per candidate)
+        self._passed = [r.config.flat() for r in [baseline] + self.history if r.state == TrialState.SUCCEEDED]
 
     # ------------------------------------------------------------------ helpers
     def objective_of(self, step: float, gpus: int) -> float:
@@ -157,7 +169,7 @@ class Tuner:
         """Prior probability that a configuration passes the quality gates. Knobs that change the
         numerics (FP8 rollout) or the policy lag (staleness, partial rollout) carry a risk until a
         trial with at least that setting has passed; banned settings are excluded elsewhere."""
-        passed = [r.config.flat() for r in [self.baseline] + self.history if r.state == TrialState.SUCCEEDED]
+        passed = self._passed
         p = 1.0
         if k["rollout.fp8"] and not any(c["rollout.fp8"] for c in passed):
             p *= 0.5
@@ -201,13 +213,24 @@ class Tuner:
         s = math.sqrt(max(0.0, (1.0 + sum(z2)) / (1.0 + len(z2))))
         return min(max(s, SCALE_RANGE[0]), SCALE_RANGE[1])
 
-    def _candidates(self, **kw) -> list[Candidate]:
-        """The search's candidates, their objective sd rescaled by uncertainty_scale()."""
-        cands = candidates(self.space, self.forecaster, **kw)
-        s = self.uncertainty_scale()
-        for c in cands:
-            c.objective_std *= s
-        return cands
+    def _candidates(self, exclude=None, gpus_max: Optional[int] = None) -> list[Candidate]:
+        """The search's candidates, their objective sd rescaled by uncertainty_scale(). The space is
+        enumerated once per Tuner (`done` and `propose` of one tick share it): the candidates within
+        `gpus_max` GPUs are the whole space's that use no more (a context's halves do not depend on
+        which other contexts are enumerated)."""
+        if exclude not in self._cands:
+            cands = candidates(self.space, self.forecaster, exclude=exclude, deadline=self.deadline)
+            s = self.uncertainty_scale()
+            for c in cands:
+                c.objective_std *= s
+            self._cands[exclude] = cands
+        cands = self._cands[exclude]
+        return list(cands) if gpus_max is None else [c for c in cands if c.k["gpus"] <= gpus_max]
+
+    @property
+    def truncated(self) -> Optional[str]:
+        """Why the search's enumeration stopped short of the space this tick (None: it did not)."""
+        return "; ".join(self.deadline.truncated) if self.deadline is not None and self.deadline.truncated else None
 
     def expected_value(self, cands: list[Candidate]) -> np.ndarray:
         """What running each candidate is worth, in objective units summed over the planned run:
@@ -420,6 +443,8 @@ class Tuner:
         if running:
             return False, f"{len(running)} trials running"
         cands = self._candidates(exclude=self._excluded)
+        if self.truncated:  # only part of the space was weighed: it says nothing of the rest
+            return False, f"search truncated: {self.truncated}"
         if not cands:
             return True, "search space exhausted"
         inc = self.incumbent()

@@ -27,7 +27,7 @@ import re
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from ..api.metrics import StepRecord
 from ..api.models import RLConfig, RLTuningJobSpec
@@ -47,7 +47,7 @@ from ..api.status import (
 from . import gates as G
 from . import records as R
 from .payback import tuning_cost
-from .search import explicit
+from .search import Deadline, explicit
 
 if TYPE_CHECKING:
     from .core import TrialRecord
@@ -237,9 +237,16 @@ def step(
     observations: dict[str, Observation],
     now: float,
     generation: int = 1,
+    budget_seconds: Optional[float] = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Decisions:
-    """One pass of the lifecycle. Pure: `status` is not modified; the new one is in the result."""
-    lc = _Lifecycle(spec, status.model_copy(deep=True), now, generation)
+    """One pass of the lifecycle. Pure: `status` is not modified; the new one is in the result.
+
+    `budget_seconds` (on `clock`; None: unbounded): how long the search's enumeration may take in
+    this step. Once spent, the step proposes from what it enumerated (maybe nothing), never ends the
+    search for it, and says so in condition SearchTruncated (docs/operator.md 'Bounded work per job')."""
+    deadline = Deadline(budget_seconds, clock) if budget_seconds is not None else None
+    lc = _Lifecycle(spec, status.model_copy(deep=True), now, generation, deadline)
     lc.run(observations)
     return lc.decisions
 
@@ -247,8 +254,16 @@ def step(
 class _Lifecycle:
     """The state of one step, so that the methods below read like the lifecycle they implement."""
 
-    def __init__(self, spec: RLTuningJobSpec, status: RLTuningJobStatus, now: float, gen: int):
+    def __init__(
+        self,
+        spec: RLTuningJobSpec,
+        status: RLTuningJobStatus,
+        now: float,
+        gen: int,
+        deadline: Optional[Deadline] = None,
+    ):
         self.spec, self.status, self.now, self.gen = spec, status, now, gen
+        self.deadline = deadline
         self.decisions = Decisions(status)
         self._tuner = None
 
@@ -265,7 +280,7 @@ class _Lifecycle:
 
     def tuner(self):
         if self._tuner is None:
-            self._tuner = R.make_tuner(self.spec, self.status.trials)
+            self._tuner = R.make_tuner(self.spec, self.status.trials, self.deadline)
         return self._tuner
 
     def active(self, kind: Optional[str] = None) -> list[TrialStatus]:
@@ -292,6 +307,7 @@ class _Lifecycle:
             if t.state.is_active:
                 self.advance(t, observations.get(t.id, Observation()))
         self.decide()
+        self.report_truncation()
         # NaN/inf (a trial that reported NaN) is no JSON number: the API server would refuse the write
         for t in st.trials:
             t.measured_seconds, t.objective = _finite(t.measured_seconds), _finite(t.objective)
@@ -314,6 +330,27 @@ class _Lifecycle:
         elif any(o.steps is not None for o in observations.values()):
             msg = "trial metrics are read from Prometheus"
             set_condition(self.status, "MetricsAvailable", "True", "MetricsAvailable", msg, self.gen, self.now)
+
+    def report_truncation(self) -> None:
+        """Condition SearchTruncated: True (reason TickBudget, a Warning event when it turns True) when the
+        step's budget ran out before the search had weighed the whole space, False again (reason
+        Complete) once an enumeration finishes in time. Absent for a job that was never truncated."""
+        d = self.deadline
+        if d is None:
+            return
+        old = next((c for c in self.status.conditions if c.type == "SearchTruncated"), None)
+        if d.truncated:
+            msg = (
+                f"the search ran past its budget of {d.seconds:g}s for this tick (operator setting "
+                f"tickBudgetSeconds): {'; '.join(d.truncated)}; it proposes from what it weighed and does not end "
+                "the search on it: list fewer values in spec.searchSpace.knobs or freeze knobs"
+            )
+            if old is None or old.status != "True":
+                self.warn("SearchTruncated", msg)
+            set_condition(self.status, "SearchTruncated", "True", "TickBudget", msg, self.gen, self.now)
+        elif old is not None and d.completed:
+            msg = f"the search weighed the whole space within its budget of {d.seconds:g}s"
+            set_condition(self.status, "SearchTruncated", "False", "Complete", msg, self.gen, self.now)
 
     def spec_changed(self) -> None:
         """A finished job whose spec changed: resume the search, or start over without a baseline."""
@@ -734,7 +771,7 @@ class _Lifecycle:
                         f"t{st.next_trial}", "search", p.config, budget.steps_per_trial, p.predicted, p.predicted_std
                     )
                     st.next_trial += 1
-                if not proposals and not self.active():
+                if not proposals and not self.active() and not self.tuner().truncated:
                     tuner_done, why = True, "the search space is exhausted"
         if self.active("search"):
             return
@@ -849,7 +886,7 @@ class _Lifecycle:
         st, b = self.status, self.status.best
         if not self.spec.resources.pools or b is None or any(t.kind == "pool" for t in st.trials):
             return False
-        found = offers(self.spec, self.tuner().forecaster, b.step_seconds, b.gpus)
+        found = offers(self.spec, self.tuner().forecaster, b.step_seconds, b.gpus, self.deadline)
         if not found:
             st.pool_offer = None
             self.info("PoolOffer", "no other pool is forecast to run the job")

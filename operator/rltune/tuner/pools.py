@@ -48,15 +48,16 @@ class PoolOffer:
 
 
 def offer_for(
-    spec: RLTuningJobSpec, fc: Forecaster, pool: GpuPool, home_step: float, home_gpus: int
+    spec: RLTuningJobSpec, fc: Forecaster, pool: GpuPool, home_step: float, home_gpus: int, deadline=None
 ) -> Optional[PoolOffer]:
-    """The cheapest forecast configuration of `pool` (None when nothing there is forecast to run)."""
+    """The cheapest forecast configuration of `pool` (None when nothing there is forecast to run);
+    `deadline` (search.Deadline) bounds the enumeration of its space."""
     price = spec.resources.price_per_gpu_hour
     if price is None:
         return None
     there = pool_spec(spec, pool).model_copy(update={"objective": "costPerStep"})
     space = Space(there)
-    cands = candidates(space, fc.on_pool(there), top=6)
+    cands = candidates(space, fc.on_pool(there), top=6, deadline=deadline)
     cands = [c for c in cands if c.p_fit >= 0.5]
     if not cands:
         return None
@@ -83,7 +84,7 @@ def offer_for(
     )
 
 
-def offers(spec: RLTuningJobSpec, fc: Forecaster, home_step: float, home_gpus: int) -> list[PoolOffer]:
+def offers(spec: RLTuningJobSpec, fc: Forecaster, home_step: float, home_gpus: int, deadline=None) -> list[PoolOffer]:
     """One offer per other pool (those where something is forecast to run), cheapest first."""
-    out = [offer_for(spec, fc, p, home_step, home_gpus) for p in spec.resources.pools or []]
+    out = [offer_for(spec, fc, p, home_step, home_gpus, deadline) for p in spec.resources.pools or []]
     return sorted((o for o in out if o is not None), key=lambda o: o.cost_per_step)

@@ -166,8 +166,9 @@ def baseline_trial(trials: list[TrialStatus]) -> TrialStatus:
     return [t for t in trials if t.kind == "baseline"][-1]
 
 
-def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
-    """A Tuner rebuilt from the status: the baseline (judged from its stored summary) + search trials."""
+def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus], deadline=None):
+    """A Tuner rebuilt from the status: the baseline (judged from its stored summary) + search trials;
+    `deadline` (search.Deadline) bounds its enumeration."""
     from .. import tuner as T
 
     base = baseline_trial(trials)
@@ -176,7 +177,7 @@ def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus]):
     if summary is None and not base.state.is_active:
         baseline.state, baseline.reason = base.state, base.reason or ""
     history = [to_record(spec, t) for t in trials if t.kind == "search" and not t.superseded]
-    return T.Tuner(spec, baseline, history)
+    return T.Tuner(spec, baseline, history, deadline)
 
 
 def cost_per_step(price_per_gpu_hour: float, gpus: int, step_seconds: float) -> float:

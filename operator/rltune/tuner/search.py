@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
-from typing import Iterable, Optional
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -42,6 +43,8 @@ from .records import objective_of
 # Halves kept per context beyond the `top` best medians: the best by the optimistic bound, EXPLORE_Z
 # sds of the calibrated correction below the median (module docstring).
 EXPLORE, EXPLORE_Z = 2, 1.0
+# Configurations forecast at once under a deadline (candidates looks at the clock between chunks).
+PREDICT_CHUNK = 2048
 
 
 def _hopeful(kept: np.ndarray, hope: np.ndarray) -> list[int]:
@@ -52,11 +55,79 @@ def _hopeful(kept: np.ndarray, hope: np.ndarray) -> list[int]:
 
 
 def _uniq(xs: Iterable) -> list:
+    """`xs` without repeats, first occurrences in order, in linear time: a set of seen keys (a dict
+    by its items), where a list's `in` made enumerating a space quadratic (three rollout knobs of 16
+    values took 42 s). Equality is the same as the list's (1 == 1.0 == True)."""
+    seen: set = set()
     out = []
     for x in xs:
-        if x not in out:
-            out.append(x)
+        try:
+            key = frozenset(x.items()) if isinstance(x, dict) else x
+            if key in seen:
+                continue
+            seen.add(key)
+        except TypeError:  # an unhashable value: compared the slow way
+            if x in out:
+                continue
+        out.append(x)
     return out
+
+
+# The bounds on a job's search space, both counted without enumerating it and checked before any pod
+# (validation.check_spec, spec.searchSpace): the search weighs the space on every tick, so a space past
+# them would hold an operator worker (three rollout knobs of 60 values: 6x10^10 configurations, hours
+# of enumeration; the CRD admits 24 knobs of 64 values, ~3x10^30). The tick budget (Deadline,
+# tickBudgetSeconds) is the second guard, for what still runs long under them. Measured on 2 cores
+# with `python -m bench.space_bound --time --shapes` (a cold physics cache: a job's first tick):
+#
+# MAX_SPACE, configurations (Space.count: every knob's value count x the GPU counts, placements and
+# trainer splits). The catalog's default ranges count 11,059,200 for examples/twin-demo.yaml (0.6-1.4 s),
+# 147,456,000 for verl-dapo-b300.yaml (3.6 s) and 162,570,240 for twin-deepseek-v3-h200.yaml (4.4 s),
+# the largest of the examples, the invalid corpus and the bench's jobs (theirs are at most 4,608);
+# 10^9 leaves it 6x. A space of 943,718,400 (wide halves, one context) enumerates in 6 s. The count is
+# a poor measure of time (the halves are enumerated side by side, not multiplied), hence
+# MAX_WORK, units of ~50 us (Space.work: the vLLM physics of every rollout half per rollout context,
+# the trainer halves, the forecasts). Under it: twin-deepseek-v3-h200.yaml 346,080 (4.4 s), 45 CPU
+# splits of the demo job 406,560 (6-9 s); past it: three rollout knobs of 8 values on the demo job
+# 700,192 (11-16 s), of 12 values 2,334,496 (24-41 s). The physics is cached per process
+# (physics.rollout_part, shared by the jobs), so a space the first tick cuts short is usually weighed
+# whole on the next ones (the 943,718,400 one: cut at 5 s, then 2.2 s, 1.1 s).
+MAX_SPACE = 1_000_000_000
+MAX_WORK = 500_000
+
+
+@dataclass
+class Deadline:
+    """A time budget for one tick's search: `seconds` on `clock` from its creation (plain numbers:
+    the pure core never reads the operator's settings). `candidates` stops enumerating once it has
+    passed and says so in `truncated`; `completed` counts the enumerations that finished in time."""
+
+    seconds: float
+    clock: Callable[[], float] = time.monotonic
+    at: float = field(init=False)
+    truncated: list[str] = field(default_factory=list)
+    completed: int = 0
+
+    def __post_init__(self) -> None:
+        self.at = self.clock() + self.seconds
+
+    def expired(self) -> bool:
+        return self.clock() >= self.at
+
+
+class _OutOfTime(Exception):
+    """The deadline passed inside an enumeration."""
+
+
+def _checked(xs: Iterable, deadline: Optional[Deadline], every: int = 512) -> Iterator:
+    """`xs`, raising _OutOfTime once `deadline` has passed (looked at every `every` items)."""
+    if deadline is None:
+        yield from xs
+        return
+    for i, x in enumerate(xs):
+        if i % every == 0 and deadline.expired():
+            raise _OutOfTime
+        yield x
 
 
 class Space:
@@ -86,7 +157,7 @@ class Space:
             if k.path in frozen or (k.moe_only and not self.model.is_moe) or self.coverage.is_dropped(k.path):
                 vals = [b]
             elif k.path in listed:
-                vals = list(listed[k.path]) or [b]
+                vals = _uniq(listed[k.path]) or [b]
             else:
                 default = list(k.values(spec, self.model))
                 vals = _uniq([b] + (default if default or runnable is None else list(runnable)))
@@ -116,7 +187,7 @@ class Space:
     # ------------------------------------------------------------------ validity
     def trainer_splits(self, gpus: int) -> list[Optional[int]]:
         if self.trainer_gpus_listed:
-            return [t for t in self.trainer_gpus_listed if 0 < t < gpus]
+            return _uniq(t for t in self.trainer_gpus_listed if 0 < t < gpus)
         if "trainerGpus" in self.frozen and self.base.get("trainerGpus"):
             return [self.base["trainerGpus"]] if self.base["trainerGpus"] < gpus else []
         out = []
@@ -177,7 +248,12 @@ class Space:
         return None
 
     def outer(self) -> list[dict]:
-        out = []
+        """Every outer context: GPU count, placement and trainer split, async settings, weight sync, CPU split."""
+        return list(self.iter_outer())
+
+    def iter_outer(self) -> Iterator[dict]:
+        """The outer contexts one by one, in `outer`'s order (nothing is built before it is asked for)."""
+        cpus = self.halves(CPU_KNOBS)
         for gpus in self.gpus:
             for place in self.values["placement"]:
                 splits = [None] if place == "colocated" else self.trainer_splits(gpus)
@@ -190,20 +266,16 @@ class Space:
                         if (pr or sf) and st < 1:
                             continue
                         for ws in self.values["weightSync"]:
-                            for cpu in self.halves(CPU_KNOBS):
-                                out.append(
-                                    {
-                                        "gpus": gpus,
-                                        "placement": place,
-                                        "trainerGpus": tg,
-                                        "async.staleness": st,
-                                        "async.partialRollout": pr,
-                                        "async.staleFraction": sf,
-                                        "weightSync": ws,
-                                    }
-                                    | cpu
-                                )
-        return out
+                            for cpu in cpus:
+                                yield {
+                                    "gpus": gpus,
+                                    "placement": place,
+                                    "trainerGpus": tg,
+                                    "async.staleness": st,
+                                    "async.partialRollout": pr,
+                                    "async.staleFraction": sf,
+                                    "weightSync": ws,
+                                } | cpu
 
     def framework_problem(self, k: dict) -> Optional[str]:
         """The first constraint of the job's framework a full flat configuration violates."""
@@ -212,18 +284,69 @@ class Space:
         found = framework_problems(self.spec, self.config(k))
         return found[0] if found else None
 
-    def halves(self, names: tuple[str, ...]) -> list[dict]:
+    def halves(self, names: tuple[str, ...], deadline: Optional[Deadline] = None) -> list[dict]:
         """Every combination of the named knobs' values, each in its canonical form (`canonical`),
-        once: two spellings of one layout would be forecast and tried as two configurations."""
-        return _uniq(
-            canonical(dict(zip(names, combo))) for combo in itertools.product(*(self.values[n] for n in names))
-        )
+        once: two spellings of one layout would be forecast and tried as two configurations.
+        Raises _OutOfTime once `deadline` has passed."""
+        combos = itertools.product(*(self.values[n] for n in names))
+        return _uniq(canonical(dict(zip(names, combo))) for combo in _checked(combos, deadline))
 
     def size(self) -> int:
         """Configurations in the (unpruned) product, for display."""
         r = math.prod(len(self.values[k]) for k in ROLLOUT_KNOBS)
         t = math.prod(len(self.values[k]) for k in TRAINER_KNOBS)
         return len(self.outer()) * r * t
+
+    def contexts(self) -> int:
+        """GPU count x placement pairs, a disaggregated one once per trainer split (counted, not built)."""
+        return sum(
+            1 if place == "colocated" else len(self.trainer_splits(g))
+            for g in self.gpus
+            for place in self.values["placement"]
+        )
+
+    def work(self, top: int = 6) -> int:
+        """What one enumeration (`candidates`) costs, counted without enumerating, in units of about
+        50 us on 2 cores (MAX_WORK), an upper bound: per rollout GPU count and streaming, every rollout
+        half of a valid layout runs the vLLM physics once (`physics.rollout_part`, ~2 ms: 40 units; the
+        staleness values reuse it, 1 unit each); every trainer half once per trainer GPU count (1); the
+        kept halves' product (at most top + EXPLORE + 3 a side) in every outer context is forecast (4 a
+        configuration)."""
+        grs, gts = set(), set()
+        for g in self.gpus:
+            for place in self.values["placement"]:
+                for tg in [None] if place == "colocated" else self.trainer_splits(g):
+                    k = dict(self.base) | {"gpus": g, "placement": place, "trainerGpus": tg}
+                    _, gt, gr = physics.split(k, self.budget, self.gpn)
+                    if gr >= 1 and gt >= 1:
+                        grs.add(gr)
+                        gts.add(gt)
+        r = math.prod(len(self.values[k]) for k in ROLLOUT_KNOBS)
+        t = math.prod(len(self.values[k]) for k in TRAINER_KNOBS)
+        layout = ("rollout.tp", "rollout.expertParallel")  # all that Space.rollout_valid reads
+        rest = r // math.prod(len(self.values[k]) for k in layout)
+        valid = sum(
+            self.rollout_valid({"rollout.tp": tp, "rollout.expertParallel": ep}, gr) is None
+            for gr in grs
+            for tp in self.values["rollout.tp"]
+            for ep in self.values["rollout.expertParallel"]
+        )
+        streams = 2 if any(self.values["async.partialRollout"]) else 1
+        stale = len(self.values["async.staleness"])
+        keep = top + EXPLORE + 3
+        outer = self.count() // (r * t)
+        return (
+            40 * streams * valid * rest
+            + streams * stale * len(grs) * r
+            + len(gts) * t
+            + 4 * outer * min(r, keep) * min(t, keep)
+        )
+
+    def count(self) -> int:
+        """Configurations in the product, counted without enumerating it: `contexts()` times every other
+        knob's value count. An upper bound of `size()`, which leaves out the contexts `outer` skips
+        (partial rollout or a stale fraction without staleness); two spellings of one layout count twice."""
+        return self.contexts() * math.prod(len(v) for k, v in self.values.items() if k != "placement")
 
     def config_key(self, k: dict) -> str:
         """Identity of a configuration of this space (see `flat_key`)."""
@@ -264,17 +387,30 @@ class Candidate:
 
 
 def candidates(
-    space: Space, fc: Forecaster, top: int = 6, exclude=None, gpus_max: Optional[int] = None
+    space: Space,
+    fc: Forecaster,
+    top: int = 6,
+    exclude=None,
+    gpus_max: Optional[int] = None,
+    deadline: Optional[Deadline] = None,
 ) -> list[Candidate]:
-    """Scored candidates (feasible, valid, not excluded), pruned as the module docstring explains."""
+    """Scored candidates (feasible, valid, not excluded), pruned as the module docstring explains.
+
+    With a `deadline` the enumeration stops once it has passed: the candidates are those of the outer
+    contexts gathered by then (possibly none), and `deadline.truncated` says how far it got."""
     base = space.base
-    r_all = space.halves(ROLLOUT_KNOBS)
-    t_all = space.halves(TRAINER_KNOBS)
+    cut = len(deadline.truncated) if deadline is not None else 0  # a deadline may be shared by several calls
+    try:
+        r_all = space.halves(ROLLOUT_KNOBS, deadline)
+        t_all = space.halves(TRAINER_KNOBS, deadline)
+    except _OutOfTime:
+        deadline.truncated.append("out of time listing the rollout and trainer halves, before any context")
+        return []
     r_base = {k: base[k] for k in ROLLOUT_KNOBS}
     t_base = {k: base[k] for k in TRAINER_KNOBS}
-    outer = space.outer()
+    outer: Iterable[dict] = space.iter_outer()
     if gpus_max is not None:
-        outer = [o for o in outer if o["gpus"] <= gpus_max]
+        outer = (o for o in outer if o["gpus"] <= gpus_max)
     gspec = space.spec
     mf = physics.facts_cached(space.model)
     tf = fc.task  # the task as measured (response length, learned tool latency)
@@ -283,101 +419,123 @@ def candidates(
 
     best_r: dict[tuple, list[dict]] = {}
     best_t: dict[int, list[dict]] = {}
-    out: list[Candidate] = []
+    out: list[dict] = []
     seen: set[str] = set()
-    for o in outer:
-        gpus = o["gpus"]
-        ko = dict(base) | o
-        _, gt, gr = physics.split(ko, space.budget, space.gpn)
-        if gr < 1 or gt < 1:
-            continue
-        partial = physics.streams(o)
-        rkey = (gr, o["async.staleness"], partial)
-        if rkey not in best_r:
-            rows, feats, raws = [], [], []
-            for r in r_all:
-                if space.rollout_valid(r, gr):
-                    continue
-                ro = physics.rollout_part(
-                    mf,
-                    tf,
-                    gname,
-                    gr,
-                    r["rollout.tp"],
-                    bool(r["rollout.expertParallel"] and mf.moe_layers),
-                    round(r["rollout.gpuMemoryUtilization"], 4),
-                    r["rollout.maxNumSeqs"],
-                    r["rollout.maxNumBatchedTokens"],
-                    r["rollout.cudaGraphs"],
-                    r["rollout.fp8"],
-                    partial,
-                    reach,
-                )
-                if not ro.feasible or fc.memory.p_side("rollout", -ro.free_frac) < P_FIT_MIN:
-                    continue
-                kk = dict(ko) | r
-                rows.append(r)
-                feats.append(features(kk, gpus, gt, gr, ro.preempt_log))
-                raws.append({"generation": fc.gen_raw(ro.bulk + ro.tool, ro.tail)})
-            if rows:
-                tot = fc.calibrated_total(("generation",), raws, feats)
-                order = np.argsort(tot)
-                pick = [rows[i] for i in order[:top]]
-                hope = fc.calibrated_total(("generation",), raws, feats, z=EXPLORE_Z)
-                pick += [rows[i] for i in _hopeful(order[:top], hope)]
-                # keep diversity in the memory dimension (colocated memory coupling) and the baseline half
-                lowmem = sorted(range(len(rows)), key=lambda i: (rows[i]["rollout.gpuMemoryUtilization"], tot[i]))[:2]
-                pick += [rows[i] for i in lowmem]
-                if r_base in rows:
-                    pick.append(r_base)
-                best_r[rkey] = _uniq(pick)
-            else:
-                best_r[rkey] = []
-        if gt not in best_t:
-            rows, feats, raws = [], [], []
-            for t in t_all:
-                if space.trainer_valid(t, gt):
-                    continue
-                tr = physics.trainer_of(mf, tf, gname, gt, t)
-                if not tr.feasible or fc.memory.p_side("trainer", tr.mem_frac) < P_FIT_MIN:
-                    continue
-                kk = dict(ko) | t
-                rows.append(t)
-                feats.append(features(kk, gpus, gt, gr))
-                raws.append({"old_logprob": tr.old_logprob, "ref_logprob": tr.ref_logprob, "training": tr.training})
-            if rows:
-                phases = ("old_logprob", "ref_logprob", "training")
-                tot = fc.calibrated_total(phases, raws, feats)
-                order = np.argsort(tot)
-                pick = [rows[i] for i in order[:top]]
-                pick += [rows[i] for i in _hopeful(order[:top], fc.calibrated_total(phases, raws, feats, z=EXPLORE_Z))]
-                # smallest resident weights (colocated memory coupling)
-                pick += [
-                    rows[i]
-                    for i in sorted(
-                        range(len(rows)),
-                        key=lambda i: (-rows[i]["trainer.tp"] * rows[i]["trainer.pp"] * rows[i]["trainer.ep"], tot[i]),
-                    )[:2]
-                ]
-                if t_base in rows:
-                    pick.append(t_base)
-                best_t[gt] = _uniq(pick)
-            else:
-                best_t[gt] = []
-        for r in best_r[rkey]:
-            for t in best_t[gt]:
-                k = dict(base) | o | r | t
-                if k["placement"] == "colocated":
-                    k["trainerGpus"] = None
-                if space.config_key(k) in seen:
-                    continue
-                seen.add(space.config_key(k))
-                out.append(k)
+    gathered = 0
+    try:
+        for o in _checked(outer, deadline, every=1):
+            gpus = o["gpus"]
+            ko = dict(base) | o
+            _, gt, gr = physics.split(ko, space.budget, space.gpn)
+            if gr < 1 or gt < 1:
+                continue
+            partial = physics.streams(o)
+            rkey = (gr, o["async.staleness"], partial)
+            if rkey not in best_r:
+                rows, feats, raws = [], [], []
+                for r in _checked(r_all, deadline):
+                    if space.rollout_valid(r, gr):
+                        continue
+                    ro = physics.rollout_part(
+                        mf,
+                        tf,
+                        gname,
+                        gr,
+                        r["rollout.tp"],
+                        bool(r["rollout.expertParallel"] and mf.moe_layers),
+                        round(r["rollout.gpuMemoryUtilization"], 4),
+                        r["rollout.maxNumSeqs"],
+                        r["rollout.maxNumBatchedTokens"],
+                        r["rollout.cudaGraphs"],
+                        r["rollout.fp8"],
+                        partial,
+                        reach,
+                    )
+                    if not ro.feasible or fc.memory.p_side("rollout", -ro.free_frac) < P_FIT_MIN:
+                        continue
+                    kk = dict(ko) | r
+                    rows.append(r)
+                    feats.append(features(kk, gpus, gt, gr, ro.preempt_log))
+                    raws.append({"generation": fc.gen_raw(ro.bulk + ro.tool, ro.tail)})
+                if rows:
+                    tot = fc.calibrated_total(("generation",), raws, feats)
+                    order = np.argsort(tot)
+                    pick = [rows[i] for i in order[:top]]
+                    hope = fc.calibrated_total(("generation",), raws, feats, z=EXPLORE_Z)
+                    pick += [rows[i] for i in _hopeful(order[:top], hope)]
+                    # keep diversity in the memory dimension (colocated memory coupling) and the baseline half
+                    lowmem = sorted(range(len(rows)), key=lambda i: (rows[i]["rollout.gpuMemoryUtilization"], tot[i]))[
+                        :2
+                    ]
+                    pick += [rows[i] for i in lowmem]
+                    if r_base in rows:
+                        pick.append(r_base)
+                    best_r[rkey] = _uniq(pick)
+                else:
+                    best_r[rkey] = []
+            if gt not in best_t:
+                rows, feats, raws = [], [], []
+                for t in _checked(t_all, deadline):
+                    if space.trainer_valid(t, gt):
+                        continue
+                    tr = physics.trainer_of(mf, tf, gname, gt, t)
+                    if not tr.feasible or fc.memory.p_side("trainer", tr.mem_frac) < P_FIT_MIN:
+                        continue
+                    kk = dict(ko) | t
+                    rows.append(t)
+                    feats.append(features(kk, gpus, gt, gr))
+                    raws.append({"old_logprob": tr.old_logprob, "ref_logprob": tr.ref_logprob, "training": tr.training})
+                if rows:
+                    phases = ("old_logprob", "ref_logprob", "training")
+                    tot = fc.calibrated_total(phases, raws, feats)
+                    order = np.argsort(tot)
+                    pick = [rows[i] for i in order[:top]]
+                    hope = fc.calibrated_total(phases, raws, feats, z=EXPLORE_Z)
+                    pick += [rows[i] for i in _hopeful(order[:top], hope)]
+                    # smallest resident weights (colocated memory coupling)
+                    pick += [
+                        rows[i]
+                        for i in sorted(
+                            range(len(rows)),
+                            key=lambda i: (
+                                -rows[i]["trainer.tp"] * rows[i]["trainer.pp"] * rows[i]["trainer.ep"],
+                                tot[i],
+                            ),
+                        )[:2]
+                    ]
+                    if t_base in rows:
+                        pick.append(t_base)
+                    best_t[gt] = _uniq(pick)
+                else:
+                    best_t[gt] = []
+            for r in best_r[rkey]:
+                for t in best_t[gt]:
+                    k = dict(base) | o | r | t
+                    if k["placement"] == "colocated":
+                        k["trainerGpus"] = None
+                    key = space.config_key(k)
+                    if key in seen:
+                        continue
+                    seen.add(key)
+                    out.append(k)
+            gathered += 1
+    except _OutOfTime:
+        deadline.truncated.append(f"out of time after gathering {gathered} outer contexts (GPUs, placement, async)")
     if exclude:
         out = [k for k in out if not exclude(k)]
     if adapter_for(gspec.workload.framework) is not None:
         out = [k for k in out if space.framework_problem(k) is None]
-    preds = fc.predict_many(out)
+    if deadline is None:
+        preds = fc.predict_many(out)
+    else:  # forecast in chunks, so that a deadline passed meanwhile keeps what is forecast
+        preds = []
+        for i in range(0, len(out), PREDICT_CHUNK):
+            if deadline.expired() and preds:
+                deadline.truncated.append(f"out of time after forecasting {len(preds)} of {len(out)} configurations")
+                break
+            preds += fc.predict_many(out[i : i + PREDICT_CHUNK])
+    if deadline is not None and len(deadline.truncated) == cut:
+        deadline.completed += 1
     res = []
     for k, p in zip(out, preds):
         if not p.feasible:

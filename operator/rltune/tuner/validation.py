@@ -10,7 +10,10 @@ tuner's own knowledge, so it lives here and calls the tuner's code rather than r
   GPU counts within the budget, staleness within constraints.maxStaleness, MoE knobs on dense
   models: a "8" string or an 80 meant as 0.8 must be named, not crash the tuner later;
 - that the space holds at least one valid configuration besides the baseline (by the same validity
-  rules; memory fit is the forecaster's business), else the job could only confirm its baseline.
+  rules; memory fit is the forecaster's business), else the job could only confirm its baseline;
+- that the space holds at most search.MAX_SPACE configurations and costs at most search.MAX_WORK to
+  weigh, both counted without enumerating it (Space.count, Space.work): the search weighs it on every
+  tick, so a larger one would hold an operator worker.
 
 Pure: no Kubernetes, no I/O. The operator turns the problems into SpecValid=False.
 """
@@ -31,7 +34,7 @@ from ..adapters.registry import problems as framework_problems
 from ..api.models import RLConfig, RLTuningJobSpec
 from . import physics
 from .knobs import BY_PATH, MAX_REPLICA_NODES, ROLLOUT_KNOBS, TRAINER_KNOBS
-from .search import Space
+from .search import MAX_SPACE, MAX_WORK, Space
 
 # The knobs the layout rules read; the other knobs of a half never change its validity.
 ROLLOUT_LAYOUT = tuple(p for p in ROLLOUT_KNOBS if BY_PATH[p].layout)
@@ -57,11 +60,35 @@ def check_spec(spec: RLTuningJobSpec) -> list[Problem]:
     space = Space(clean)
     base_problems = _baseline(space)
     out = _framework(space) + value_problems + base_problems
+    too_big = _too_big(space)  # counted, never enumerated: before anything walks the space
     # With values dropped the space is not the one the user wrote, and an invalid baseline pins
     # knobs (MoE knobs on a dense model) to its invalid value: judge the space once both are fixed.
-    if not out:
+    if not out and not too_big:
         out += _some_valid_configuration(space)
-    return out
+    return too_big + out
+
+
+# --------------------------------------------------------------------------- a bounded space
+
+
+def _too_big(space: Space) -> list[Problem]:
+    """The space past MAX_SPACE configurations or MAX_WORK units of enumeration (Space.count and
+    Space.work: arithmetic, nothing is enumerated)."""
+    n, w = space.count(), space.work()
+    if n <= MAX_SPACE and w <= MAX_WORK:
+        return []
+    sizes = {k: len(v) for k, v in space.values.items() if len(v) > 1}
+    sizes["gpus x placement x trainerGpus"] = space.contexts()
+    big = sorted(sizes.items(), key=lambda kv: -kv[1])[:4]
+    return [
+        Problem(
+            "spec.searchSpace",
+            f"the search space holds {n:,} configurations (the operator's bound: {MAX_SPACE:,}) and weighing it "
+            f"costs {w:,} units (bound {MAX_WORK:,}, one unit ~50 us), on every tick of the job; the most values: "
+            f"{', '.join(f'{k} {c}' for k, c in big)}: list fewer values in spec.searchSpace.knobs or freeze "
+            "knobs (spec.searchSpace.frozen)",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------- framework
@@ -325,10 +352,18 @@ def _baseline(space: Space) -> list[Problem]:
 
 
 def _distinct(values: list) -> list:
+    """`values` without repeats of the same type and value (1 and True stay two), in linear time."""
+    seen: set = set()
     out = []
     for v in values:
-        if not any(v == w and type(v) is type(w) for w in out):
-            out.append(v)
+        try:
+            if (type(v), v) in seen:
+                continue
+            seen.add((type(v), v))
+        except TypeError:  # unhashable: compared the slow way
+            if any(v == w and type(v) is type(w) for w in out):
+                continue
+        out.append(v)
     return out
 
 
@@ -350,8 +385,9 @@ def _some_valid_configuration(space: Space) -> list[Problem]:
                 f"({listed}) is above spec.resources.gpuBudget={space.budget}: list counts within the budget",
             )
         ]
-    outer = space.outer()
-    if not outer:
+    outer = space.iter_outer()  # walked only as far as needed
+    first = next(outer, None)
+    if first is None:
         return [
             Problem(
                 "spec.searchSpace",
@@ -369,7 +405,7 @@ def _some_valid_configuration(space: Space) -> list[Problem]:
     why_r: Counter = Counter()
     why_t: Counter = Counter()
     count, example = 0, None
-    for o in outer:
+    for o in itertools.chain([first], outer):
         _, gt, gr = physics.split(dict(space.base) | o, space.budget, space.gpn)
         if gr < 1 or gt < 1:
             continue
