@@ -171,6 +171,8 @@ def run(args: argparse.Namespace) -> dict:
     testbed.create_pool(core, pool, "B300", nodes=1, gpus_per_node=8)
     core.create_namespaced_pod(ns, blocker_pod(ns, pool))
     op_env = dict(env, KUBECONFIG=str(testbed.operator_kubeconfig()))
+    # the bench's jobs tolerate its pool's taint: the admin allows it (chart value podSecurity.allowedTolerationKeys)
+    op_env["RLTUNE_POD_SECURITY"] = json.dumps({"allowedTolerationKeys": ["nvidia.com/gpu", "rltune.io/bench-pool"]})
     op_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "operator"), os.environ.get("PYTHONPATH", "")]))
     log = REPO / ".state" / "bench" / f"api-rate-{ns}.log"
     op = demo.start_operator(op_env, log, namespaces=(ns,), metrics_port=0)

@@ -341,6 +341,8 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict, core, custom, pool:
     ledger = GpuLedger(core, ns, budgets, limit, limit_name, pool_gpus)
     jobs = JobWatch(custom, ns)
     op_env = dict(env, KUBECONFIG=str(testbed.operator_kubeconfig()))
+    # the bench's jobs tolerate its pool's taint: the admin allows it (chart value podSecurity.allowedTolerationKeys)
+    op_env["RLTUNE_POD_SECURITY"] = json.dumps({"allowedTolerationKeys": ["nvidia.com/gpu", TAINT]})
     op_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]))
     log = REPO / ".state" / "bench" / f"load-{ns}.log"
     offset = testbed.AUDIT_LOG.stat().st_size

@@ -143,6 +143,18 @@ def pod_pid(pod: dict) -> Optional[int]:
     return None
 
 
+def metrics_key_file() -> Path:
+    """The secret an operator started here signs trial metrics with (the chart makes its own Secret)."""
+    import secrets
+
+    path = REPO / ".state" / "operator-metrics-key"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return path
+
+
 def start_operator(
     env: dict, log_path: Path, namespaces: tuple[str, ...] = (), metrics_port: int = 18080, liveness_port: int = 0
 ) -> subprocess.Popen:
@@ -158,6 +170,8 @@ def start_operator(
     ]
     for ns in namespaces:
         cmd += ["--namespace", ns]
+    if not env.get("RLTUNE_METRICS_KEY_FILE"):  # one key per checkout: trials survive an operator restart
+        env = dict(env, RLTUNE_METRICS_KEY_FILE=str(metrics_key_file()))
     f = open(log_path, "ab")
     f.write(f"==== {time.strftime('%H:%M:%S')} starting: {' '.join(cmd)}\n".encode())
     f.flush()

@@ -176,6 +176,15 @@ def test_chart_operator_tunes_a_job_as_its_service_account(bed, core, namespace,
     assert can_i("delete", "pods", "-n", "kube-system") == "no"
     assert can_i("patch", "rltuningjobs.rltune.io/status", "-n", namespace) == "yes"
     assert can_i("*", "*") == "no"
+    # trials' NetworkPolicies: created with each trial (a refused dry run would have failed the job)
+    # and deleted at its teardown, under the chart's rule (list, create, delete; nothing else)
+    policies = "networkpolicies.networking.k8s.io"
+    assert can_i("create", policies, "-n", namespace) == can_i("delete", policies, "-n", namespace) == "yes"
+    assert can_i("create", policies, "-n", "default") == "no" and can_i("patch", policies, "-n", namespace) == "no"
+    from kubernetes import client
+
+    net = client.NetworkingV1Api(bed.api_client())
+    wait(lambda: not net.list_namespaced_network_policy(namespace).items, 30, "the trials' NetworkPolicies to go")
 
     # rltune report --job draws the report from the status
     out = Path(bed.state_dir).parent / "e2e" / f"report-{namespace}.html"

@@ -456,6 +456,7 @@ def test_prometheus_down_for_a_minute_and_slow(rig, bed):
 
     proxy = SlowProxy(bed.prometheus_url, delay=2.0)
     t0 = time.time()
+    rig.env["RLTUNE_PROMETHEUS_ALLOWED_JOB_URLS"] = json.dumps([proxy.url])  # the admin lists the job's endpoint
     rig.start()
     rig.apply(
         twin_job(

@@ -99,9 +99,16 @@ def _kubectl(bed, *args, input=None):
 
 @pytest.fixture(scope="module")
 def crd(bed):
+    """The CRD, and the in-process operator settings pointed at the bed's Prometheus and Pushgateway
+    (the endpoints the jobs here name: the operator's own, so allowed)."""
+    from rltune import settings as S
+
     _kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     wait_crd_established(bed.env(), f"{PLURAL}.{GROUP}", kubectl_bin=str(bed.bin_dir / "kubectl"))
-    return bed
+    before = S._current
+    S.install(S.OperatorSettings(prometheus={"url": bed.prometheus_url}, pushgatewayUrl=bed.pushgateway_url))
+    yield bed
+    S._current = before
 
 
 @pytest.fixture
@@ -494,10 +501,16 @@ def tiny_pool(bed):
         bedlib.delete_pool(core, name)
 
 
-def test_unschedulable_trial_all_or_nothing(bed, ns, tiny_pool):
+def test_unschedulable_trial_all_or_nothing(bed, ns, tiny_pool, monkeypatch):
     """A 16-GPU trial needs 2 pods, the pool has one 8-GPU node: rank 0 is scheduled (and its process
     starts), rank 1 never is. After scheduleTimeoutSeconds the trial is Unschedulable and all its pods
     are deleted, the scheduled one included; it counts as a failed trial."""
+    from rltune import settings as S
+
+    s = S.current()  # the admin lets jobs tolerate the test pool's taint (podSecurity.allowedTolerationKeys)
+    keys = [*s.pod_security.allowed_toleration_keys, "rltune.io/test-pool"]
+    bounds = s.pod_security.model_copy(update={"allowed_toleration_keys": keys})
+    monkeypatch.setattr(S, "_current", s.model_copy(update={"pod_security": bounds}))
     doc = job_doc(bed, maxTrials=2, parallelTrials=1, maxFailedTrials=1, scheduleTimeoutSeconds=5)
     s = doc["spec"]
     s["resources"]["nodeSelector"] = {"rltune.io/pool": tiny_pool}
@@ -647,35 +660,41 @@ def test_a_healthy_winner_is_confirmed_at_the_interim_look(bed, ns):
 def test_promql_scoring_from_real_prometheus(bed, ns):
     """Samples pushed to the Pushgateway come back through Prometheus as StepRecords (warm-up flagged,
     phases), renamed metrics honoured, the exported failure reason read, and the group deleted."""
-    from rltune.api.metrics import StepRecord
+    from rltune.api.metrics import StepRecord, trial_key
     from rltune.trial.exporter import TrialExporter
 
     job, tid = "scoring", "t1"
     names = {"step_duration_seconds": "my_step_seconds"}  # spec.metrics.names: a framework's own name
-    # the trial workload's own exporter, pushing to the real Pushgateway
-    ex = TrialExporter(ns, job, tid, pushgateway_url=bed.pushgateway_url, names=names)
+    key = trial_key(b"operator-secret-of-this-test", ns, "uid-1", tid)
+    # the trial workload's own exporter, pushing to the real Pushgateway, signing with the trial's key
+    ex = TrialExporter(ns, job, tid, pushgateway_url=bed.pushgateway_url, names=names, signing_key=key)
     for step in range(3):
         ex.record(StepRecord(step=step, duration=10.5 + step, phases={"generation": 8.0}, warmup=step == 0))
     ex.finish(ok=False, reason="CUDA out of memory: trainer needs 295 GiB/GPU")
 
-    steps = bedlib.wait_for(
-        lambda: (lambda s: s if len(s) == 3 else None)(prom.query_trial(bed.prometheus_url, ns, job, tid, names)),
-        30,
-        what="3 steps in Prometheus",
-    )
+    def query(k=key, trial=tid):
+        return prom.query_trial(bed.prometheus_url, ns, job, trial, k, names)
+
+    got = bedlib.wait_for(lambda: (lambda r: r if len(r.steps) == 3 else None)(query()), 30, what="3 signed steps")
+    steps = got.steps
+    assert got.forged == 0
     assert [s.step for s in steps] == [0, 1, 2] and steps[0].warmup and not steps[1].warmup
     assert steps[1].duration == 11.5 and steps[1].phases["generation"] == 8.0
-    assert prom.query_trial(bed.prometheus_url, ns, job, "t2", names) == []  # other trials: nothing
+    assert query(trial="t2").steps == []  # other trials: nothing
+    # the same series read with another trial's key (another job's UID): none verifies, none is scored
+    other = query(k=trial_key(b"operator-secret-of-this-test", ns, "uid-2", tid))
+    assert other.steps == [] and other.forged == 3
     reason = bedlib.wait_for(
-        lambda: prom.trial_reason(bed.prometheus_url, ns, job, tid),
+        lambda: prom.trial_reason(bed.prometheus_url, ns, job, tid, key),
         30,
         what="the exported failure reason in Prometheus",
     )  # the last push, one scrape later
     assert reason == "CUDA out of memory: trainer needs 295 GiB/GPU"
-    assert prom.trial_reason(bed.prometheus_url, ns, job, "t2") is None
+    assert prom.trial_reason(bed.prometheus_url, ns, job, tid, "another key") is None
+    assert prom.trial_reason(bed.prometheus_url, ns, job, "t2", key) is None
     # a Prometheus that is not there is a MetricsError (the reconciler keeps waiting), never zero steps
     with pytest.raises(prom.MetricsError):
-        prom.query_trial("http://127.0.0.1:9", ns, job, tid, timeout=2)
+        prom.query_trial("http://127.0.0.1:9", ns, job, tid, key, timeout=2)
 
     assert prom.delete_group(bed.pushgateway_url, ns, job, tid)
     groups = requests.get(f"{bed.pushgateway_url}/api/v1/metrics", timeout=5).json()["data"]

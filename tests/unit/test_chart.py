@@ -8,6 +8,7 @@ operator's own settings model accepts. Installing the chart on the bed is tested
 
 from __future__ import annotations
 
+import base64
 import os
 import subprocess
 import tomllib
@@ -36,6 +37,7 @@ JOB_RULES = [
     ([""], ["services"], ["get", "list", "watch", "create", "delete"]),
     ([""], ["events"], ["create", "patch"]),
     (["events.k8s.io"], ["events"], ["create", "patch"]),
+    (["networking.k8s.io"], ["networkpolicies"], ["list", "create", "delete"]),
     (["ray.io"], ["rayjobs"], ["get", "list", "watch", "create", "delete"]),
 ]
 CLUSTER_READ_RULES = [
@@ -79,6 +81,14 @@ ALL_VALUES: dict[str, Any] = {
         ],
     },
     "trialDefaults": {"cpu": 16, "memory": "200Gi", "guaranteed": True},
+    "networkPolicy": {
+        "enabled": False,
+        "kuberay": {
+            "namespaceSelector": {"kubernetes.io/metadata.name": "ray-system"},
+            "podSelector": {"app": "kr", "app.kubernetes.io/name": None},
+        },
+        "prometheus": {"namespaceSelector": {"team": "obs"}, "podSelector": {"app.kubernetes.io/name": None}},
+    },
     "podSecurity": {
         "allowPrivileged": False,
         "allowPrivilegeEscalation": False,
@@ -88,9 +98,17 @@ ALL_VALUES: dict[str, Any] = {
         "allowedCapabilities": ["IPC_LOCK"],
         "allowSecrets": True,
         "allowServiceAccount": False,
+        "allowCsiVolumes": True,
+        "allowedPriorityClasses": ["rl-low"],
+        "allowedRuntimeClasses": ["nvidia"],
+        "allowedSchedulers": ["volcano"],
+        "allowedTolerationKeys": ["nvidia.com/gpu", "dedicated"],
+        "allowAnyToleration": False,
     },
+    "admissionPolicy": {"enabled": True},
     "reconcileInterval": 5,
     "workers": 4,
+    "tickBudgetSeconds": 3,
     "verbose": True,
     "metrics": {
         "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "kps"}},
@@ -221,6 +239,11 @@ def test_defaults_render_one_restart_safe_operator(helm):
             "Service",
             "Deployment",
             "Pod",
+            "Secret",  # the metrics signing secret (templates/metrics-key-secret.yaml)
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+            "ValidatingAdmissionPolicyBinding",
         ]
     ), kinds
     dep = one(objs, "Deployment")
@@ -424,6 +447,8 @@ BAD_VALUES = [
     (["--set", "reconcileInterval=0"], "at '/reconcileInterval'"),
     (["--set", "watchNamespaces={Team_A}"], "at '/watchNamespaces/0'"),
     (["--set", "metrics.serviceMonitor.enable=true"], "additional properties 'enable' not allowed"),
+    (["--set", "networkPolicy.enabled=maybe"], "at '/networkPolicy/enabled': got string, want boolean"),
+    (["--set", "networkPolicy.kuberay.podSelector=x"], "at '/networkPolicy/kuberay/podSelector'"),
 ]
 
 
@@ -449,9 +474,16 @@ def test_default_settings_file_is_valid(helm):
     assert (s.trial_defaults.cpu, s.trial_defaults.memory, s.trial_defaults.guaranteed) == ("2", "8Gi", False)
     # every bound is off, and the chart's defaults are the operator's own
     assert raw["podSecurity"] == values["podSecurity"]
-    assert not any(s.pod_security.model_dump().values())
+    # (only the GPU taint may be tolerated beyond gpuPool.tolerations)
+    assert not any(v for k, v in s.pod_security.model_dump().items() if k != "allowed_toleration_keys")
+    assert s.pod_security.allowed_toleration_keys == ["nvidia.com/gpu"]
     assert s.pod_security == type(s.pod_security)()
     assert s.reconcile_interval == values["reconcileInterval"]
+    assert s.tick_budget_seconds == values["tickBudgetSeconds"] == type(s)().tick_budget_seconds
+    # trials are fenced by default; the peers are the KubeRay operator's and kube-prometheus-stack's pods
+    assert s.network_policy == type(s.network_policy)() and s.network_policy.enabled is True
+    assert s.network_policy.kuberay.pod_selector == {"app.kubernetes.io/name": "kuberay-operator"}
+    assert s.network_policy.prometheus.pod_selector == {"app.kubernetes.io/name": "prometheus"}
 
 
 def test_every_value_set_renders_a_valid_operator(helm, tmp_path):
@@ -480,7 +512,18 @@ def test_every_value_set_renders_a_valid_operator(helm, tmp_path):
     assert s.pod_security.allow_host_path is True and s.pod_security.allowed_capabilities == ["IPC_LOCK"]
     assert s.pod_security.allow_secrets is True and s.pod_security.allow_service_account is False
     assert s.pod_security.allow_privileged is False
-    assert (s.reconcile_interval, s.workers) == (5, 4)
+    assert s.pod_security.allow_csi_volumes is True and s.pod_security.allowed_priority_classes == ["rl-low"]
+    assert (s.pod_security.allowed_runtime_classes, s.pod_security.allowed_schedulers) == (["nvidia"], ["volcano"])
+    assert s.pod_security.allowed_toleration_keys == ["nvidia.com/gpu", "dedicated"]
+    assert (s.reconcile_interval, s.workers, s.tick_budget_seconds) == (5, 4, 3)
+    # a default selector label set to null is gone (Helm merges maps), not ANDed with the new one
+    np = s.network_policy
+    assert np.enabled is False
+    assert (np.kuberay.namespace_selector, np.kuberay.pod_selector) == (
+        {"kubernetes.io/metadata.name": "ray-system"},
+        {"app": "kr"},
+    )
+    assert (np.prometheus.namespace_selector, np.prometheus.pod_selector) == ({"team": "obs"}, {})
     # the rest of the values land on the operator pod
     assert c["image"] == "registry.example.com/rltune/operator:0.1.0-rc1" and c["imagePullPolicy"] == "Always"
     assert c["args"][-1] == "--verbose"
@@ -523,7 +566,7 @@ def _setting_keys(model: type[BaseModel], prefix: str = "") -> set[str]:
 def _raw_keys(d: dict, prefix: str = "") -> set[str]:
     keys = set()
     for k, v in d.items():
-        if isinstance(v, dict) and k not in ("nodeSelector",):
+        if isinstance(v, dict) and k not in ("nodeSelector", "namespaceSelector", "podSelector"):
             keys |= _raw_keys(v, f"{prefix}{k}.")
         else:
             keys.add(prefix + k)
@@ -538,3 +581,165 @@ def test_chart_sets_every_operator_setting(helm, tmp_path):
         f"operator settings the chart cannot set: {sorted(missing)} (helm/rltune/values.yaml, "
         "values.schema.json, templates/configmap.yaml)"
     )
+
+
+# ----------------------------------------------------------------------------- admission policy
+
+
+def policies(objs: list[dict]) -> dict[str, dict]:
+    return {o["metadata"]["name"]: o for o in of_kind(objs, "ValidatingAdmissionPolicy")}
+
+
+def policy_messages(objs: list[dict]) -> list[str]:
+    return [v["message"] for p in policies(objs).values() for v in p["spec"]["validations"]]
+
+
+def validation(policy: dict, needle: str) -> str:
+    """The expression of the policy's one validation whose message holds `needle`."""
+    (expr,) = [v["expression"] for v in policy["spec"]["validations"] if needle in v["message"]]
+    return expr
+
+
+def test_admission_policy_matches_what_the_operators_service_account_creates(helm):
+    objs = render(helm)
+    pods, rayjobs = f"{FULLNAME}-{NS}-pods", f"{FULLNAME}-{NS}-rayjobs"
+    pols = policies(objs)
+    assert sorted(pols) == [pods, rayjobs]
+    user = f"system:serviceaccount:{NS}:{FULLNAME}"
+    for p in pols.values():
+        spec = p["spec"]
+        assert spec["failurePolicy"] == "Fail"
+        assert spec["matchConditions"] == [
+            {"name": "created-by-the-rltune-operator", "expression": f"request.userInfo.username == '{user}'"}
+        ]
+        (rule,) = spec["matchConstraints"]["resourceRules"]
+        assert rule["operations"] == ["CREATE"]
+        for v in spec["validations"]:
+            assert v["reason"] == "Forbidden" and v["message"].startswith("rltune admission policy: spec."), v
+    rule = lambda name: pols[name]["spec"]["matchConstraints"]["resourceRules"][0]  # noqa: E731
+    assert (rule(pods)["apiGroups"], rule(pods)["resources"]) == ([""], ["pods"])
+    assert (rule(rayjobs)["apiGroups"], rule(rayjobs)["resources"]) == (["ray.io"], ["rayjobs"])
+    # a RayJob's pods are made by KubeRay: its head, worker and submitter templates are checked
+    (specs,) = pols[rayjobs]["spec"]["variables"]
+    for where in ("headGroupSpec.template.spec", "workerGroupSpecs", "submitterPodTemplate.spec"):
+        assert where in specs["expression"]
+    assert pols[pods]["spec"]["variables"] == [{"name": "specs", "expression": "[object.spec]"}]
+    bindings = of_kind(objs, "ValidatingAdmissionPolicyBinding")
+    assert sorted(b["spec"]["policyName"] for b in bindings) == [pods, rayjobs]
+    assert all(b["spec"]["validationActions"] == ["Deny"] for b in bindings)
+    # the ServiceAccount the operator runs as is the one matched, whatever its name
+    objs = render(helm, "--set", "serviceAccount.name=rltune-operator")
+    for p in policies(objs).values():
+        assert f"'system:serviceaccount:{NS}:rltune-operator'" in p["spec"]["matchConditions"][0]["expression"]
+    assert operator_pod(objs)["serviceAccountName"] == "rltune-operator"
+    assert not policies(render(helm, "--set", "admissionPolicy.enabled=false"))
+    assert not of_kind(render(helm, "--set", "admissionPolicy.enabled=false"), "ValidatingAdmissionPolicyBinding")
+
+
+RELAXED = [
+    ("podSecurity.allowPrivileged=true", "privileged must not be true"),
+    ("podSecurity.allowPrivileged=true", "seccompProfile.type"),
+    ("podSecurity.allowPrivileged=true", "capabilities.add may add only"),
+    ("podSecurity.allowPrivilegeEscalation=true", "allowPrivilegeEscalation must be false"),
+    ("podSecurity.allowRunAsRoot=true", "runAsNonRoot"),
+    ("podSecurity.allowRunAsRoot=true", "runAsUser must not be 0"),
+    ("podSecurity.allowHostNamespaces=true", "hostNetwork"),
+    ("podSecurity.allowHostNamespaces=true", "hostPort"),
+    ("podSecurity.allowSecrets=true", "spec.volumes[*].secret"),
+    ("podSecurity.allowCsiVolumes=true", "inline CSI"),
+    ("podSecurity.allowServiceAccount=true", "automountServiceAccountToken must be false"),
+]
+
+
+@pytest.mark.parametrize("value,message", RELAXED, ids=[f"{v}:{m}" for v, m in RELAXED])
+def test_each_podsecurity_value_relaxes_the_admission_policy_too(helm, value, message):
+    assert sum(message in m for m in policy_messages(render(helm))) == 2  # pods and RayJobs
+    assert not any(message in m for m in policy_messages(render(helm, "--set", value)))
+
+
+def test_the_policys_lists_are_the_operators_own(helm, tmp_path):
+    """The policy refuses nothing rltune's own check allows: its volume types, projected sources,
+    sysctls, SELinux types and name lists are podsecurity.py's and the podSecurity values'."""
+    import re
+
+    from rltune.controller import podsecurity as PS
+
+    def has_list(expr: str, var: str) -> set[str]:
+        return set(re.findall(rf"has\({var}\.(\w+)\)", expr))
+
+    pol = policies(render(helm))[f"{FULLNAME}-{NS}-pods"]
+    assert has_list(validation(pol, "volume types"), "v") == set(PS.RESTRICTED_VOLUMES)
+    assert has_list(validation(pol, "projected.sources may be only"), "p") == set(PS.PLAIN_PROJECTIONS)
+    for name in PS.SAFE_SYSCTLS:
+        assert f'"{name}"' in validation(pol, "sysctls")
+    for t in PS.SAFE_SELINUX_TYPES:
+        assert f'"{t}"' in validation(pol, "seLinuxOptions")
+    assert '["NET_BIND_SERVICE"]' in validation(pol, "capabilities.add may add only")
+    assert "in []" in validation(pol, "priorityClassName") and "in []" in validation(pol, "runtimeClassName")
+    assert '["","default-scheduler"]' in validation(pol, "schedulerName")
+    values = {
+        "podSecurity": {
+            "allowHostPath": True,
+            "allowSecrets": True,
+            "allowServiceAccount": True,
+            "allowedCapabilities": ["IPC_LOCK"],
+            "allowedPriorityClasses": ["rl-low", "rl-high"],
+            "allowedRuntimeClasses": ["nvidia"],
+            "allowedSchedulers": ["volcano"],
+        }
+    }
+    pol = policies(render_values(helm, tmp_path, values))[f"{FULLNAME}-{NS}-pods"]
+    assert has_list(validation(pol, "volume types"), "v") == set(PS.RESTRICTED_VOLUMES) | {"hostPath"}
+    assert has_list(validation(pol, "projected.sources may be only"), "p") == {
+        "configMap",
+        "downwardAPI",
+        "secret",
+        "serviceAccountToken",
+        "clusterTrustBundle",
+    }
+    assert '["NET_BIND_SERVICE","IPC_LOCK"]' in validation(pol, "capabilities.add may add only")
+    prio = validation(pol, "priorityClassName")
+    assert prio.count('in ["rl-low","rl-high"]') == 2  # the pod's class and Kueue's label
+    assert 'in ["nvidia"]' in validation(pol, "runtimeClassName")
+    assert '["","default-scheduler","volcano"]' in validation(pol, "schedulerName")
+
+
+# ----------------------------------------------------------------------------- tenant safety
+
+
+def test_job_named_endpoints_are_the_admins_lists(helm, tmp_path):
+    objs = render_values(
+        helm,
+        tmp_path,
+        {
+            "prometheus": {"allowedJobUrls": ["http://thanos.monitoring:9090"]},
+            "pushgateway": {"allowedJobUrls": ["http://pgw.team-a:9091"]},
+        },
+    )
+    _, s = settings_of(objs)
+    assert s.prometheus.allowed_job_urls == ["http://thanos.monitoring:9090"]
+    assert s.pushgateway_allowed_job_urls == ["http://pgw.team-a:9091"]
+    assert settings_of(render(helm))[1].prometheus.allowed_job_urls == []  # default: none
+
+
+def test_an_allowed_url_with_a_path_fails_the_install(helm, tmp_path):
+    vals = tmp_path / "v.yaml"
+    vals.write_text(yaml.safe_dump({"prometheus": {"allowedJobUrls": ["http://169.254.169.254/latest/meta-data"]}}))
+    r = run_helm(helm, "template", RELEASE, str(CHART), "--namespace", NS, "-f", str(vals))
+    assert r.returncode != 0 and "allowedJobUrls" in r.stderr
+
+
+def test_the_metrics_key_is_a_secret_mounted_into_the_operator_only(helm, tmp_path):
+    objs = render(helm)
+    secret = one(objs, "Secret")
+    assert len(base64.b64decode(secret["data"]["key"])) == 64
+    _, s = settings_of(objs)
+    vol = next(v for v in operator_pod(objs)["volumes"] if v["name"] == "metrics-key")
+    assert vol["secret"]["secretName"] == secret["metadata"]["name"]
+    mount = next(m for m in operator_container(objs)["volumeMounts"] if m["name"] == "metrics-key")
+    assert s.metrics_key_file == mount["mountPath"] + "/key" and mount["readOnly"] is True
+    # an admin's own Secret: the chart makes none and mounts that one
+    objs = render_values(helm, tmp_path, {"metricsKey": {"existingSecret": "my-key"}})
+    assert not [o for o in objs if o["kind"] == "Secret"]
+    vol = next(v for v in operator_pod(objs)["volumes"] if v["name"] == "metrics-key")
+    assert vol["secret"]["secretName"] == "my-key"

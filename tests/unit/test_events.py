@@ -54,7 +54,8 @@ class RecordingCluster:
         self.calls.append("refusal")
         return None
 
-    def delete_trial(self, namespace, job, trial):
+    def delete_trial(self, namespace, job, trial, uid):
+        assert uid == "u-1", uid  # the job's UID: teardown deletes only what it owns
         self.calls.append(f"delete_trial {trial}")
 
     def serves_rayjobs(self):
@@ -170,3 +171,22 @@ def test_a_finished_trials_pods_go_before_the_new_trials_pods_come():
     d = L.Decisions(status=before.model_copy(update={"phase": Phase.SEARCHING}), teardown=["t1"])
     r._commit(body, before, d, [{"kind": "Pod", "metadata": {"name": "t2-0"}}], None)
     assert cluster.calls.index("delete_trial t1") < cluster.calls.index("create Pod"), cluster.calls
+
+
+def test_each_tick_runs_the_lifecycle_within_the_tick_budget(monkeypatch):
+    """The operator's tickBudgetSeconds reaches the pure lifecycle as a plain number; a second step in
+    the same tick (after a refused trial) gets what is left of it, not a budget of its own."""
+    from rltune.controller import reconcile
+    from rltune.tuner import lifecycle as L
+
+    budgets, real = [], L.step
+
+    def step(spec, status, observations, now, generation=1, budget_seconds=None, **k):
+        budgets.append(budget_seconds)
+        return real(spec, status, observations, now, generation, budget_seconds, **k)
+
+    monkeypatch.setattr(reconcile.L, "step", step)
+    s = settings().model_copy(update={"tick_budget_seconds": 3.0})
+    r = Reconciler(RecordingCluster(), settings=s, clock=lambda: 1_000_000.0)
+    assert r.reconcile("ns", "twin-demo", body=job_body(), pods=[], rayjobs=[]) == "Failed"  # no node: refused
+    assert budgets[0] == 3.0 and len(budgets) == 2 and 0.0 <= budgets[1] <= 3.0

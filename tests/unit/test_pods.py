@@ -198,7 +198,7 @@ def test_sidecar_is_added_and_lists_without_merge_key_are_replaced():
     assert pod["spec"]["priorityClassName"] == "rl-low"
 
 
-def test_merge_keys_retain_keys_null_and_delete_directive():
+def test_merge_keys_retain_keys_and_null():
     base = {
         "containers": [
             {
@@ -220,7 +220,7 @@ def test_merge_keys_retain_keys_null_and_delete_directive():
                 "resources": {"requests": {"memory": "1Gi"}},
             }
         ],
-        "volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "c"}}, {"name": "gone", "$patch": "delete"}],
+        "volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "c"}}],
         "nodeSelector": {"y": None},
     }
     out = P.merge_pod_spec(base, patch)
@@ -228,7 +228,11 @@ def test_merge_keys_retain_keys_null_and_delete_directive():
     assert c["ports"] == [{"containerPort": 80, "protocol": "TCP", "name": "http"}]
     assert c["volumeMounts"] == [{"name": "a", "mountPath": "/a", "readOnly": False}]
     assert c["resources"] == {"requests": {"cpu": "2", "memory": "1Gi"}}
-    assert out["volumes"] == [{"name": "a", "persistentVolumeClaim": {"claimName": "c"}}]  # retainKeys
+    # retainKeys: `a` keeps only what the patch gives it; `gone` is untouched
+    assert out["volumes"] == [
+        {"name": "a", "persistentVolumeClaim": {"claimName": "c"}},
+        {"name": "gone", "emptyDir": {}},
+    ]
     assert out["nodeSelector"] == {"x": "1"}
     assert base["volumes"][0] == {"name": "a", "emptyDir": {}}  # inputs untouched
 
@@ -238,3 +242,31 @@ def test_template_container_without_merge_key_names_the_field():
         build(make_spec(podTemplate={"containers": [{"image": "x"}]}))
     with pytest.raises(P.PodTemplateError, match=r"containers\[0\]\.volumeMounts\[0\]\.mountPath"):
         build(make_spec(podTemplate={"containers": [{"name": "trial", "volumeMounts": [{"name": "v"}]}]}))
+
+
+def test_a_delete_directive_is_refused_not_honoured():
+    """`{name: trial, $patch: delete}` used to remove the operator's restricted trial container."""
+    with pytest.raises(P.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.\$patch: "):
+        build(make_spec(podTemplate={"containers": [{"name": "trial", "$patch": "delete"}]}))
+    with pytest.raises(P.PodTemplateError, match=r"podTemplate\.volumes\[0\]\.\$patch"):
+        P.merge_pod_spec({"volumes": [{"name": "v", "emptyDir": {}}]}, {"volumes": [{"name": "v", "$patch": "delete"}]})
+
+
+def test_every_container_of_the_merged_pod_is_restricted():
+    tmpl = {
+        "containers": [
+            {"name": "sidecar", "image": "busybox"},
+            {"name": "exporter", "image": "e", "securityContext": {"runAsUser": 2000, "capabilities": {"add": ["X"]}}},
+        ],
+        "initContainers": [{"name": "prep", "image": "busybox", "securityContext": None}],
+    }
+    (pod,) = build(make_spec(podTemplate=tmpl))
+    by_name = {c["name"]: c for c in pod["spec"]["containers"] + pod["spec"]["initContainers"]}
+    assert set(by_name) == {"trial", "sidecar", "exporter", "prep"}
+    for c in by_name.values():
+        sc = c["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["runAsNonRoot"] is True, c["name"]
+        assert sc["seccompProfile"] == {"type": "RuntimeDefault"} and "ALL" in sc["capabilities"]["drop"], c["name"]
+    # what a container sets stays (podsecurity.py decides whether it may)
+    assert by_name["exporter"]["securityContext"]["runAsUser"] == 2000
+    assert by_name["exporter"]["securityContext"]["capabilities"] == {"add": ["X"], "drop": ["ALL"]}

@@ -1,15 +1,34 @@
 """controller/podsecurity.py: a job's podTemplate may relax the restricted profile only as far as the
-cluster admin's podSecurity settings allow; each refusal names the field and the chart value."""
+cluster admin's podSecurity settings allow; each refusal names the field and the chart value. The
+check covers the pods as they are created (the template merged into the operator's trial pod, Ray
+head and worker pods), the job's own tolerations and priority class, and the operator's preflight
+refuses what it finds before any pod exists."""
 
 from __future__ import annotations
 
-import pytest
+import copy
+from pathlib import Path
 
-from rltune.controller.podsecurity import Violation, check_pod_template
-from rltune.settings import PodSecurityBounds
+import pytest
+import yaml
+
+from rltune.adapters import registry
+from rltune.api.models import RLTuningJobSpec
+from rltune.controller import pods as PODS
+from rltune.controller import rayjob as RJ
+from rltune.controller.podsecurity import (
+    Violation,
+    check_job,
+    check_pod_spec,
+    check_pod_template,
+    trial_pod_specs,
+)
+from rltune.controller.reconcile import InvalidSpec, preflight
+from rltune.settings import GPU_TOLERATION, OperatorSettings, PodSecurityBounds
 
 P = "spec.resources.podTemplate"
 C = f"{P}.containers[0]"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
 def ctr(**security) -> dict:
@@ -148,6 +167,81 @@ CASES = [
         "podSecurity.allowPrivileged",
         {"allow_privileged": True},
     ),
+    # volumes: the restricted profile's types; csi, secret and hostPath by their values
+    (
+        {"volumes": [{"name": "c", "csi": {"driver": "secrets-store.csi.k8s.io", "readOnly": True}}]},
+        f"{P}.volumes[0].csi",
+        "podSecurity.allowCsiVolumes",
+        {"allow_csi_volumes": True},
+    ),
+    (
+        {"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {"audience": "vault"}}]}}]},
+        f"{P}.volumes[0].projected.sources[0].serviceAccountToken",
+        "podSecurity.allowServiceAccount",
+        {"allow_service_account": True},
+    ),
+    (
+        {
+            "volumes": [
+                {
+                    "name": "t",
+                    "projected": {"sources": [{"configMap": {"name": "x"}}, {"clusterTrustBundle": {"name": "ca"}}]},
+                }
+            ]
+        },
+        f"{P}.volumes[0].projected.sources[1].clusterTrustBundle",
+        "podSecurity.allowServiceAccount",
+        {"allow_service_account": True},
+    ),
+    (
+        {"automountServiceAccountToken": None},
+        f"{P}.automountServiceAccountToken",
+        "podSecurity.allowServiceAccount",
+        {"allow_service_account": True},
+    ),
+    # the scheduler's trust: priority, runtime, scheduler, tolerations
+    (
+        {"priorityClassName": "system-cluster-critical"},
+        f"{P}.priorityClassName",
+        "podSecurity.allowedPriorityClasses",
+        {"allowed_priority_classes": ["system-cluster-critical"]},
+    ),
+    (
+        {"runtimeClassName": "runc-unsandboxed"},
+        f"{P}.runtimeClassName",
+        "podSecurity.allowedRuntimeClasses",
+        {"allowed_runtime_classes": ["runc-unsandboxed"]},
+    ),
+    (
+        {"schedulerName": "my-scheduler"},
+        f"{P}.schedulerName",
+        "podSecurity.allowedSchedulers",
+        {"allowed_schedulers": ["my-scheduler"]},
+    ),
+    (
+        {"tolerations": [dict(GPU_TOLERATION), {"operator": "Exists"}]},
+        f"{P}.tolerations[1]",
+        "podSecurity.allowAnyToleration",
+        {"allow_any_toleration": True},
+    ),
+    (
+        {"tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"}]},
+        f"{P}.tolerations[0].key",
+        "podSecurity.allowedTolerationKeys",
+        {"allowed_toleration_keys": ["node-role.kubernetes.io/control-plane"]},
+    ),
+    (
+        {"containers": [{"name": "trial", "livenessProbe": {"httpGet": {"host": "169.254.169.254", "port": 80}}}]},
+        f"{C}.livenessProbe.httpGet.host",
+        "podSecurity.allowHostNamespaces",
+        {"allow_host_namespaces": True},
+    ),
+    (
+        {"containers": [{"name": "trial", "lifecycle": {"preStop": {"tcpSocket": {"host": "10.0.0.1", "port": 22}}}}]},
+        f"{C}.lifecycle.preStop.tcpSocket.host",
+        "podSecurity.allowHostNamespaces",
+        {"allow_host_namespaces": True},
+    ),
 ]
 
 
@@ -161,7 +255,6 @@ def test_each_relaxation_is_refused_by_field_unless_the_admin_allows_it(template
 
 def test_restricted_template_is_fine():
     tmpl = {
-        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "d"}}],
         "securityContext": {
             "runAsUser": 1000,
             "sysctls": [{"name": "net.ipv4.ip_local_port_range", "value": "1024 65000"}],
@@ -176,7 +269,13 @@ def test_restricted_template_is_fine():
                 },
             }
         ],
-        "priorityClassName": "low",
+        "volumes": [
+            {"name": "data", "persistentVolumeClaim": {"claimName": "d"}},
+            {"name": "cfg", "projected": {"sources": [{"configMap": {"name": "c"}}, {"downwardAPI": {"items": []}}]}},
+            {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}},
+        ],
+        "schedulerName": "default-scheduler",
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
     }
     assert check_pod_template(tmpl, PodSecurityBounds()) == []
 
@@ -224,3 +323,235 @@ def test_node_name_is_always_refused():
         {"nodeName": "b300-0"}, PodSecurityBounds(allow_privileged=True, allow_secrets=True, allow_service_account=True)
     )
     assert v.field == f"{P}.nodeName" and "nodeSelector" in v.message
+
+
+# --------------------------------------------------------------------------- beyond every chart value
+
+EVERYTHING = PodSecurityBounds(
+    allow_privileged=True,
+    allow_privilege_escalation=True,
+    allow_host_namespaces=True,
+    allow_host_path=True,
+    allow_run_as_root=True,
+    allow_secrets=True,
+    allow_service_account=True,
+    allow_csi_volumes=True,
+    allow_any_toleration=True,
+)
+
+
+@pytest.mark.parametrize("kind", ["nfs", "iscsi", "rbd", "flexVolume", "cephfs", "gitRepo", "awsElasticBlockStore"])
+def test_volume_types_beyond_the_restricted_profile_are_refused_whatever_the_chart_allows(kind):
+    tmpl = {"volumes": [{"name": "v", kind: {"server": "nfs.example.com", "path": "/"}}]}
+    (v,) = check_pod_template(tmpl, EVERYTHING)
+    assert v.field == f"{P}.volumes[0].{kind}"
+    assert "restricted" in v.message and "persistentVolumeClaim" in v.message and "remove it" in v.message
+
+
+def test_projected_sources_beyond_the_known_ones_are_refused():
+    tmpl = {"volumes": [{"name": "p", "projected": {"sources": [{"podCertificate": {"signerName": "x/y"}}]}}]}
+    (v,) = check_pod_template(tmpl, EVERYTHING)
+    assert v.field == f"{P}.volumes[0].projected.sources[0].podCertificate" and "remove it" in v.message
+
+
+@pytest.mark.parametrize(
+    "tmpl,field",
+    [
+        ({"containers": [{"name": "trial", "$patch": "delete"}]}, f"{C}.$patch"),
+        ({"securityContext": {"$patch": "replace", "runAsUser": 1000}}, f"{P}.securityContext.$patch"),
+        ({"volumes": [{"name": "v", "emptyDir": {}, "$retainKeys": ["emptyDir"]}]}, f"{P}.volumes[0].$retainKeys"),
+        ({"$setElementOrder/containers": [{"name": "trial"}]}, f"{P}.$setElementOrder/containers"),
+        (
+            {"containers": [{"name": "trial", "securityContext": {"capabilities": {"$patch": "replace"}}}]},
+            f"{C}.securityContext.capabilities.$patch",
+        ),
+    ],
+)
+def test_strategic_merge_directives_are_refused_anywhere(tmpl, field):
+    vs = check_pod_template(tmpl, EVERYTHING)
+    assert [v.field for v in vs] == [field]
+    assert "directive" in vs[0].message and "remove it" in vs[0].message
+    # and the merge itself never honours one (it used to delete a container named in `$patch: delete`)
+    with pytest.raises(PODS.PodTemplateError) as e:
+        PODS.merge_pod_spec({"containers": [{"name": "trial", "image": "x"}]}, tmpl)
+    assert str(e.value).startswith(field + ":")
+
+
+# --------------------------------------------------------------------------- the job and its merged pods
+
+
+# knobs pinned to the baseline (an empty list), so that the specs pass preflight's search-space checks
+PINNED = ("trainer.ep", "trainer.tp", "rollout.tp", "rollout.gpuMemoryUtilization", "async.staleFraction")
+
+
+def example_spec(name: str, resources: dict) -> dict:
+    raw = yaml.safe_load((EXAMPLES / name).read_text())["spec"]
+    raw["resources"].update(resources)
+    raw.setdefault("searchSpace", {})["knobs"] = {k: [] for k in PINNED}
+    return raw
+
+
+def twin_spec(**resources) -> RLTuningJobSpec:
+    return RLTuningJobSpec.model_validate(example_spec("twin-demo.yaml", resources))
+
+
+def verl_spec(**resources) -> RLTuningJobSpec:
+    return registry.resolve(RLTuningJobSpec.model_validate(example_spec("verl-dapo-b300.yaml", resources)))
+
+
+def created_pod_specs(spec: RLTuningJobSpec, settings: OperatorSettings) -> list[dict]:
+    """The PodSpecs the operator would create for the job's baseline (Ray: the RayJob's pod templates)."""
+    if registry.adapter_for(spec.workload.framework):
+        m = RJ.rayjob_manifest("ns", "j", None, spec, "t1", spec.baseline, 3, "http://pgw:9091", settings)
+        return [p["spec"] for p in RJ.pods_of(m)]
+    pods, _ = PODS.trial_manifests("ns", "j", None, spec, "t1", spec.baseline, 3, 1, "http://pgw", settings=settings)
+    return [p["spec"] for p in pods]
+
+
+def containers(pod_spec: dict) -> list[dict]:
+    return [c for lst in ("initContainers", "containers", "ephemeralContainers") for c in pod_spec.get(lst) or []]
+
+
+@pytest.mark.parametrize("make", [twin_spec, verl_spec], ids=["trial-pod", "ray-pods"])
+def test_the_operators_own_pods_pass_the_merged_check(make):
+    settings = OperatorSettings()
+    specs = trial_pod_specs(make(), settings)
+    assert specs
+    for pod_spec in specs:
+        assert check_pod_spec(pod_spec, {}, PodSecurityBounds(), settings.gpu_pool.tolerations) == []
+
+
+@pytest.mark.parametrize("make", [twin_spec, verl_spec], ids=["trial-pod", "ray-pods"])
+def test_containers_a_template_adds_start_from_the_restricted_context(make):
+    tmpl = {
+        "containers": [{"name": "sidecar", "image": "busybox"}],
+        "initContainers": [{"name": "prep", "image": "busybox", "securityContext": {"runAsUser": 1000}}],
+        "ephemeralContainers": [{"name": "debug", "image": "busybox", "securityContext": {"capabilities": {}}}],
+    }
+    spec, settings = make(podTemplate=tmpl), OperatorSettings()
+    assert check_job(spec, settings) == []
+    pod_specs = created_pod_specs(spec, settings)
+    assert pod_specs
+    for pod_spec in pod_specs:
+        added = {c["name"]: c for c in containers(pod_spec)}
+        assert {"sidecar", "prep", "debug", "trial"} <= set(added)
+        for c in added.values():
+            for k, v in PODS.RESTRICTED_CONTAINER_SECURITY.items():
+                assert c["securityContext"][k] == v, (c["name"], k)
+        assert added["prep"]["securityContext"]["runAsUser"] == 1000  # what the template sets stays
+        assert check_pod_spec(pod_spec, tmpl, PodSecurityBounds(), settings.gpu_pool.tolerations) == []
+
+
+def test_a_relaxation_the_admin_allows_still_applies_to_an_added_container():
+    tmpl = {"containers": [{"name": "sidecar", "image": "b", "securityContext": {"allowPrivilegeEscalation": True}}]}
+    settings = OperatorSettings(podSecurity=PodSecurityBounds(allow_privilege_escalation=True))
+    spec = twin_spec(podTemplate=tmpl)
+    assert check_job(spec, settings) == []
+    (pod_spec,) = created_pod_specs(spec, settings)[:1]
+    sc = next(c for c in pod_spec["containers"] if c["name"] == "sidecar")["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is True and sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["runAsNonRoot"] is True and sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_deleting_the_trial_container_is_refused_before_any_pod():
+    spec = twin_spec(podTemplate={"containers": [{"name": "trial", "$patch": "delete"}]})
+    with pytest.raises(InvalidSpec) as e:
+        preflight(spec, OperatorSettings())
+    assert e.value.reason == "PodSecurityViolation" and f"{C}.$patch" in str(e.value)
+    with pytest.raises(PODS.PodTemplateError):  # no pod without its restricted trial container is ever built
+        created_pod_specs(spec, OperatorSettings())
+
+
+def test_the_merged_pod_is_checked_and_named_by_the_template_field():
+    """Were a container of the template ever left unrestricted (a merge without pods.apply_template),
+    the merged-pod check still finds it; a field is the template's where the value came from (the
+    sidecar is the template's containers[0], the pod's containers[1]), else spec.resources.podTemplate."""
+    settings = OperatorSettings()
+    (base,) = trial_pod_specs(twin_spec(), settings)
+    tmpl = {"containers": [{"name": "side", "image": "b", "securityContext": {"privileged": True}}]}
+    merged = PODS.merge_pod_spec(base, tmpl)
+    assert [c["name"] for c in merged["containers"]] == ["trial", "side"]
+    vs = check_pod_spec(merged, tmpl, PodSecurityBounds(), settings.gpu_pool.tolerations)
+    assert f"{C}.securityContext.privileged" in {v.field for v in vs}
+    untraced = [v for v in vs if v.field == P]
+    assert {m.message.split(" (merged")[0] for m in untraced} == {
+        "the trial pod's spec.containers[1].securityContext.allowPrivilegeEscalation",
+        "the trial pod's spec.containers[1].securityContext.capabilities.drop",
+    }
+    # what pods.py really builds neutralises all but what the template itself asks for
+    fixed = PODS.apply_template(copy.deepcopy(base), tmpl)
+    vs = check_pod_spec(fixed, tmpl, PodSecurityBounds(), settings.gpu_pool.tolerations)
+    assert [v.field for v in vs] == [f"{C}.securityContext.privileged"]
+    # a null that deletes the operator's automountServiceAccountToken: false is the template's field
+    tmpl = {"automountServiceAccountToken": None}
+    merged = PODS.apply_template(copy.deepcopy(base), tmpl)
+    assert "automountServiceAccountToken" not in merged
+    (v,) = check_pod_spec(merged, tmpl, PodSecurityBounds(), settings.gpu_pool.tolerations)
+    assert v.field == f"{P}.automountServiceAccountToken" and "podSecurity.allowServiceAccount" in v.message
+
+
+# each hole of the issue, refused by the operator's preflight, and allowed by its chart value
+HOLES = [
+    (
+        {"podTemplate": {"containers": [{"name": "side", "image": "b", "securityContext": {"privileged": True}}]}},
+        f"{C}.securityContext.privileged",
+        {"allow_privileged": True},
+    ),
+    (
+        {"podTemplate": {"volumes": [{"name": "n", "nfs": {"server": "10.0.0.2", "path": "/"}}]}},
+        f"{P}.volumes[0].nfs",
+        None,
+    ),
+    (
+        {"podTemplate": {"volumes": [{"name": "c", "csi": {"driver": "ebs.csi.aws.com"}}]}},
+        f"{P}.volumes[0].csi",
+        {"allow_csi_volumes": True},
+    ),
+    (
+        {"podTemplate": {"volumes": [{"name": "t", "projected": {"sources": [{"serviceAccountToken": {}}]}}]}},
+        f"{P}.volumes[0].projected.sources[0].serviceAccountToken",
+        {"allow_service_account": True},
+    ),
+    (
+        {"podTemplate": {"priorityClassName": "system-cluster-critical"}},
+        f"{P}.priorityClassName",
+        {"allowed_priority_classes": ["system-cluster-critical"]},
+    ),
+    ({"podTemplate": {"runtimeClassName": "kata"}}, f"{P}.runtimeClassName", {"allowed_runtime_classes": ["kata"]}),
+    ({"podTemplate": {"schedulerName": "yunikorn"}}, f"{P}.schedulerName", {"allowed_schedulers": ["yunikorn"]}),
+    ({"podTemplate": {"tolerations": [{"operator": "Exists"}]}}, f"{P}.tolerations[0]", {"allow_any_toleration": True}),
+    ({"tolerations": [{"operator": "Exists"}]}, "spec.resources.tolerations[0]", {"allow_any_toleration": True}),
+    (
+        {"tolerations": [{"key": "spot", "operator": "Exists", "effect": "NoSchedule"}]},
+        "spec.resources.tolerations[0].key",
+        {"allowed_toleration_keys": ["nvidia.com/gpu", "spot"]},
+    ),
+    (
+        {"queueName": "team-a", "priorityClassName": "urgent"},
+        "spec.resources.priorityClassName",
+        {"allowed_priority_classes": ["urgent"]},
+    ),
+]
+
+
+@pytest.mark.parametrize("resources,field,allow", HOLES, ids=[h[1].removeprefix("spec.resources.") for h in HOLES])
+def test_preflight_refuses_each_hole_naming_the_field_unless_the_admin_allows_it(resources, field, allow):
+    for make in (twin_spec, verl_spec):
+        spec = make(**copy.deepcopy(resources))
+        with pytest.raises(InvalidSpec) as e:
+            preflight(spec, OperatorSettings())
+        assert e.value.reason == "PodSecurityViolation", e.value
+        assert str(e.value).startswith(f"{field}: "), str(e.value)
+        if allow is not None:
+            preflight(spec, OperatorSettings(podSecurity=PodSecurityBounds(**allow)))
+
+
+def test_the_gpu_pools_own_tolerations_are_always_allowed():
+    dedicated = {"key": "dedicated", "operator": "Equal", "value": "rl", "effect": "NoSchedule"}
+    settings = OperatorSettings(gpuPool={"tolerations": [GPU_TOLERATION, dedicated]})
+    spec = twin_spec(tolerations=[dict(dedicated)], podTemplate={"tolerations": [dict(dedicated), GPU_TOLERATION]})
+    assert check_job(spec, settings) == []
+    # the same key with another value is not the pool's own
+    other = dict(dedicated, value="other-team")
+    (v,) = check_job(twin_spec(tolerations=[other]), settings)
+    assert v.field == "spec.resources.tolerations[0].key" and "podSecurity.allowedTolerationKeys" in v.message

@@ -39,6 +39,7 @@ def test_file_then_env_overrides(tmp_path):
         ("pushgatewayUrl: pgw:9091\n", "pushgatewayUrl"),
         ("podSecurity: {allowHostpath: true}\n", "allowHostpath"),
         ("workers: 0\n", "workers"),
+        ("tickBudgetSeconds: 0\n", "tickBudgetSeconds"),
         ("- a\n- b\n", "not a YAML mapping"),
     ],
 )
@@ -47,6 +48,11 @@ def test_bad_settings_name_the_value(tmp_path, text, names):
     f.write_text(text)
     with pytest.raises(S.SettingsError, match=names.replace(".", r"\.")):
         S.load(str(f), environ={})
+
+
+def test_the_tick_budget_is_a_setting_with_an_env_override():
+    assert S.load(None, environ={}).tick_budget_seconds == 5.0
+    assert S.load(None, environ={"RLTUNE_TICK_BUDGET_SECONDS": "2.5"}).tick_budget_seconds == 2.5
 
 
 def test_bad_env_override_names_the_variable():
@@ -65,7 +71,7 @@ def test_prometheus_token_goes_only_to_the_operators_own_prometheus(tmp_path):
             )
         )
         opts = prom._auth("https://prom.example:9090")
-        assert opts["headers"]["Authorization"] == "Bearer s3cret" and opts["verify"] == "/ca.crt"
+        assert opts["headers"]["Authorization"] == "Bearer s3cret" and opts["ca_file"] == "/ca.crt"
         # a job that names its own Prometheus never receives the operator's token
         assert prom._auth("https://attacker.example:9090") == {}
         tok.unlink()

@@ -53,6 +53,8 @@ app.kubernetes.io/part-of: rltune
 {{- define "rltune.configDir" -}}/etc/rltune{{- end }}
 {{- define "rltune.tokenDir" -}}/var/run/secrets/rltune/prometheus-token{{- end }}
 {{- define "rltune.caDir" -}}/var/run/rltune/prometheus-ca{{- end }}
+{{- define "rltune.metricsKeyDir" -}}/var/run/secrets/rltune/metrics-key{{- end }}
+{{- define "rltune.metricsKeySecret" -}}{{ .Values.metricsKey.existingSecret | default (printf "%s-metrics-key" (include "rltune.fullname" .)) }}{{- end }}
 {{- define "rltune.tokenFile" -}}{{ include "rltune.tokenDir" . }}/{{ .Values.prometheus.bearerTokenSecret.key }}{{- end }}
 {{- define "rltune.caFile" -}}{{ include "rltune.caDir" . }}/{{ .Values.prometheus.caConfigMap.key }}{{- end }}
 
@@ -80,6 +82,11 @@ for the ClusterRole (all namespaces) and the per-namespace Roles. Nothing on Sec
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]
   verbs: ["create", "patch"]
+# one NetworkPolicy per trial (networkPolicy.enabled): created with the trial, listed and deleted
+# (owner checked) at its teardown
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["list", "create", "delete"]
 # verl/OpenRLHF trials are KubeRay RayJobs (a rule for a kind not installed grants nothing)
 - apiGroups: ["ray.io"]
   resources: ["rayjobs"]

@@ -137,8 +137,11 @@ class TrialMetrics:
         mode: str = "real",
         gpus: Optional[float] = None,
         names: Optional[dict[str, str]] = None,
+        signing_key: Optional[str] = None,
     ):
         self.labels = {"namespace": namespace, "rltune_job": job, "trial": trial}
+        self.signing_key = signing_key or ""  # env RLTUNE_METRICS_KEY: api/metrics.py 'Signed'
+
         self.warmup_steps = max(0, int(warmup_steps))
         self.mode = mode
         self.gpus = gpus
@@ -199,24 +202,36 @@ class TrialMetrics:
                     lines.append(f"{n}{self._lab(**extra)} {_num(value)}")
 
             per: dict[str, list[tuple[dict, float]]] = {c: [] for c in M.STEP_METRICS}
+            signatures: list[tuple[dict, float]] = []
             for rec, miss in self.steps:
                 s = str(rec.step)
-                per["step_duration_seconds"].append(({"step": s}, rec.duration))
+                values = [("step_duration_seconds", "", float(rec.duration))]
                 for phase in M.PHASES:
                     if phase in rec.phases and phase_key(phase) not in miss:
-                        per["step_phase_seconds"].append(({"step": s, "phase": phase}, rec.phases[phase]))
+                        values.append(("step_phase_seconds", phase, float(rec.phases[phase])))
                 for contract, attr in FIELDS.items():
                     if contract not in miss:
-                        per[contract].append(({"step": s}, getattr(rec, attr)))
-                per["step_warmup"].append(({"step": s}, 1.0 if rec.warmup else 0.0))
+                        values.append((contract, "", float(getattr(rec, attr))))
+                values.append(("step_warmup", "", 1.0 if rec.warmup else 0.0))
+                for contract, phase, value in values:
+                    per[contract].append(({"step": s, "phase": phase} if phase else {"step": s}, value))
+                if self.signing_key:
+                    sig = M.step_signature(self.signing_key, self.labels, rec.step, values)
+                    signatures.append(({"step": s, "signature": sig}, 1.0))
             for contract, help_text in M.STEP_METRICS.items():
                 family(contract, "gauge", help_text, per[contract])
+            if signatures:
+                lines.append(f"# HELP {M.SIGNATURE} {M.SIGNATURE_HELP}")
+                lines.append(f"# TYPE {M.SIGNATURE} gauge")
+                lines.extend(f"{M.SIGNATURE}{self._lab(**extra)} {_num(v)}" for extra, v in signatures)
             T = M.TRIAL_METRICS
             family("trial_steps_total", "counter", T["trial_steps_total"], [({}, float(len(self.steps)))])
             if self.gpus is not None:
                 family("trial_gpus", "gauge", T["trial_gpus"], [({}, float(self.gpus))])
             family("trial_state", "gauge", T["trial_state"], [({}, float(self.state))])
             info = {"mode": self.mode, "reason": self.reason, "missing": ",".join(self.missing())}
+            if self.signing_key and self.reason:
+                info["signature"] = M.reason_signature(self.signing_key, self.labels, self.reason)
             family("trial_info", "gauge", T["trial_info"], [(info, 1.0)])
             return "\n".join(lines) + "\n"
 
@@ -375,7 +390,14 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
 
         names = json.loads(args.names)
     metrics = TrialMetrics(
-        args.namespace, args.job, args.trial, args.warmup_steps, mode=args.mode, gpus=args.gpus, names=names
+        args.namespace,
+        args.job,
+        args.trial,
+        args.warmup_steps,
+        mode=args.mode,
+        gpus=args.gpus,
+        names=names,
+        signing_key=os.environ.get(M.KEY_ENV),
     )
     # nothing is written to the user's stderr about it: the log passes through byte for byte
     mem, _ = gpu_memory_gib(args.gpu_memory_gib)

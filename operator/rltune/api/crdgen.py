@@ -339,14 +339,17 @@ def spec_schema() -> dict:
         _at(s, f"metrics.{f}")["x-kubernetes-validations"] = [
             _rule(
                 f"self.matches({_cel_str(M.URL_PATTERN)})",
-                f"spec.metrics.{f} must start with http:// or https:// and a host "
-                "(e.g. http://prometheus.monitoring:9090)",
+                f"spec.metrics.{f} {M.URL_SHAPE}",
             ),
         ]
     _at(s, "metrics.names")["x-kubernetes-validations"] = [
         _rule(
             "self.all(k, k in [" + ", ".join(f"'{c}'" for c in M.METRIC_CONTRACTS) + "])",
             "spec.metrics.names: keys are rltune's contract names: " + ", ".join(M.METRIC_CONTRACTS),
+        ),
+        _rule(
+            f"self.all(k, self[k].matches({_cel_str(M.METRIC_NAME_PATTERN)}))",
+            f"spec.metrics.names: a value {M.METRIC_NAME_RULE}",
         ),
     ]
     # Patterns as CEL rules rather than `pattern`: the API server then says what is wrong in words.

@@ -6,12 +6,21 @@ are few (budget.stepsPerTrial <= 100), so the `step` label stays bounded.
 
 Labels on every series: `namespace`, `rltune_job`, `trial` (and `step`, `phase` where named).
 Pushgateway grouping key: job="rltune-trial", namespace, rltune_job, trial.
+
+Signed: the Pushgateway has no authentication, so any pod could push under another job's key.
+Each step's samples are signed by the trial with a key only the trial's pods get (HMAC-SHA256,
+`trial_key` derives it from the operator's secret, the job's UID and the trial id) and exported as
+one more series, `rltune_step_signature{step, signature}`; the trial's failure reason carries a
+`signature` label the same way. The operator scores only steps whose signature verifies
+(`verified`), so series pushed by any other pod are ignored.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Iterable, Optional
 
 PREFIX = "rltune_"
 
@@ -72,6 +81,74 @@ STEP_FIELDS = {
 TRIAL_RUNNING, TRIAL_SUCCEEDED, TRIAL_FAILED = 0, 1, 2
 
 PUSH_JOB = "rltune-trial"
+SIGNATURE = PREFIX + "step_signature"  # 1, labels step + signature (not renamed by metrics.names)
+SIGNATURE_HELP = "Always 1; label signature signs the step's samples (docs/metrics.md 'Signed')."
+KEY_ENV = "RLTUNE_METRICS_KEY"  # how a trial's pods get their key
+
+
+def trial_key(operator_key: bytes, namespace: str, job_uid: str, trial: str) -> str:
+    """The signing key of one trial: only the operator (which holds `operator_key`) and the trial's
+    own pods (given it in KEY_ENV) know it. The job's UID makes a re-created job of the same name a
+    different key."""
+    msg = f"rltune-trial-key\n{namespace}\n{job_uid}\n{trial}".encode()
+    return hmac.new(operator_key, msg, hashlib.sha256).hexdigest()
+
+
+def _value(v: float) -> str:
+    return repr(float(v))  # Python's and Prometheus' shortest round-trip forms read back to this
+
+
+def step_signature(key: str, labels: dict[str, str], step: int, values: Iterable[tuple[str, str, float]]) -> str:
+    """HMAC of one step's samples: (contract name, phase or "", value) each, in any order."""
+    lines = sorted(f"{c}\t{ph}\t{_value(v)}" for c, ph, v in values)
+    head = f"{labels.get('namespace', '')}\n{labels.get('rltune_job', '')}\n{labels.get('trial', '')}\n{int(step)}"
+    return hmac.new(key.encode(), "\n".join([head, *lines]).encode(), hashlib.sha256).hexdigest()
+
+
+def reason_signature(key: str, labels: dict[str, str], reason: str) -> str:
+    head = f"reason\n{labels.get('namespace', '')}\n{labels.get('rltune_job', '')}\n{labels.get('trial', '')}"
+    return hmac.new(key.encode(), f"{head}\n{reason}".encode(), hashlib.sha256).hexdigest()
+
+
+def _group(labels: dict[str, str]) -> frozenset:
+    """The labels one push group's series share (the sample's own `step`, `phase`, ... aside)."""
+    return frozenset((k, v) for k, v in labels.items() if k not in ("step", "phase", "signature", "__name__"))
+
+
+@dataclass(frozen=True)
+class Verified:
+    samples: list  # (metric, labels, value) of the steps whose signature verifies
+    forged: int  # steps with samples but no valid signature (pushed by another pod, or unsigned)
+
+
+def verified(samples, key: str, overrides: Optional[dict[str, str]] = None) -> Verified:
+    """Only the samples of steps signed with `key`: per push group and step, the signature series'
+    label must equal step_signature over exactly that step's samples."""
+    by_name = {name(c, overrides): c for c in STEP_METRICS}
+    steps: dict[tuple, list] = {}
+    sigs: dict[tuple, set[str]] = {}
+    for metric, labels, value in samples:
+        if "step" not in labels:
+            continue
+        k = (_group(labels), labels["step"])
+        if metric == SIGNATURE:
+            sigs.setdefault(k, set()).add(labels.get("signature", ""))
+        elif metric in by_name:
+            steps.setdefault(k, []).append((metric, labels, value))
+    good, forged = [], 0
+    for k, rows in steps.items():
+        group, step = k
+        try:
+            n = int(step)
+        except ValueError:
+            forged += 1
+            continue
+        want = step_signature(key, dict(group), n, ((by_name[m], lab.get("phase", ""), v) for m, lab, v in rows))
+        if any(hmac.compare_digest(want, s) for s in sigs.get(k, ())):
+            good.extend(rows)
+        else:
+            forged += 1
+    return Verified(good, forged)
 
 
 def name(contract: str, overrides: Optional[dict[str, str]] = None) -> str:

@@ -58,13 +58,22 @@ POD_TEMPLATE_MAX_FIELDS = 64  # a PodSpec has fewer top-level fields
 SCENARIO_MAX_KEYS = 128
 KNOB_VALUES_MAX = 64
 URL_MAX = 2048
-URL_PATTERN = r"^https?://[^/?# ]+"  # a scheme and a host; the same regex in the CRD's CEL rule
+# A job-named endpoint: a scheme, a host and an optional port, nothing else (no user info, path,
+# query or fragment: `http://169.254.169.254/latest/meta-data/...#` would otherwise send the query
+# to a metadata path). The same regex is the CRD's CEL rule; which hosts a job may name at all is
+# the cluster admin's allow-list (controller/endpoints.py).
+URL_PATTERN = r"^https?://([A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?|\[[0-9A-Fa-f:.]+\])(:[0-9]{1,5})?/?$"
+URL_SHAPE = "must be http:// or https:// and a host with an optional port, nothing after it (e.g. http://prometheus.monitoring:9090)"
 METRIC_CONTRACTS = tuple(STEP_METRICS) + tuple(TRIAL_METRICS)
 METRIC_NAME_MAX = 256
+# Prometheus' metric-name grammar (https://prometheus.io/docs/concepts/data_model/): a name can only
+# ever select a series, never change the shape of a query.
+METRIC_NAME_PATTERN = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+METRIC_NAME_RULE = "is not a Prometheus metric name: letters, digits, '_' and ':', not starting with a digit"
 
 Arg = Annotated[str, StringConstraints(max_length=ARG_MAX)]
 LabelValue = Annotated[str, Field(max_length=LABEL_VALUE_MAX)]  # + LABEL_VALUE_PATTERN (validator, CEL)
-MetricName = Annotated[str, StringConstraints(min_length=1, max_length=METRIC_NAME_MAX)]
+MetricName = Annotated[str, StringConstraints(min_length=1, max_length=METRIC_NAME_MAX)]  # + METRIC_NAME_PATTERN
 KnobValues = Annotated[list[Any], Field(max_length=KNOB_VALUES_MAX)]
 
 
@@ -85,8 +94,8 @@ def label_key_problem(key: str) -> Optional[str]:
 
 def url_problem(url: str) -> Optional[str]:
     """Why `url` is not an http(s) base URL (None if it is)."""
-    if not re.match(URL_PATTERN, url):  # a prefix match, as CEL's matches()
-        return f"{url[:80]!r} must start with http:// or https:// and a host (e.g. http://prometheus.monitoring:9090)"
+    if not re.match(URL_PATTERN, url):
+        return f"{url[:80]!r} {URL_SHAPE}"
     return None
 
 
@@ -776,6 +785,9 @@ class MetricsSource(CamelModel):
             raise ValueError(
                 f"spec.metrics.names: unknown contract name(s) {unknown}: use {', '.join(METRIC_CONTRACTS)}"
             )
+        for k, n in (v or {}).items():
+            if not re.match(METRIC_NAME_PATTERN, n):
+                raise ValueError(f"spec.metrics.names.{k}: {n[:80]!r} {METRIC_NAME_RULE}")
         return v
 
 

@@ -119,10 +119,20 @@ class BaselineStatus(CamelModel):
     reason: Optional[str] = Field(None, description="Why the baseline failed, if it did.")
 
 
+# Every id tuner/lifecycle.py makes: baseline, t<n> (search), c<n> (confirm), p<n> (pool), each once
+# with -retry (a preempted trial's re-run). Trial ids become object names and label values
+# (`<job>-<trial>`): the CRD holds the status to these.
+TRIAL_ID_PATTERN = r"^(baseline|[tcp][1-9][0-9]{0,4})(-retry)?$"
+
+
 class TrialStatus(CamelModel):
     """One trial, compact: its configuration is stored as the knobs that differ from the baseline."""
 
-    id: str = Field(description="Trial id (baseline, t1, t2, ..., c1 for confirmation runs); part of pod names.")
+    id: str = Field(
+        pattern=TRIAL_ID_PATTERN,
+        description="Trial id (baseline, t1, t2, ..., c1 for confirmation runs, p1 for pool trials, <id>-retry for "
+        "the re-run of a preempted trial); part of the names and labels of its objects.",
+    )
     kind: Literal["baseline", "search", "confirm", "pool"] = Field(
         "search", description="Why the trial ran (pool: the winner's cheapest forecast on another GPU pool)."
     )

@@ -31,8 +31,8 @@ import kopf
 from .. import settings as operator_settings
 from ..api.crdgen import GROUP, PLURAL, VERSION
 from ..api.status import ACTIVE_STATES, Phase
+from . import endpoints, prom, selfmetrics
 from . import pods as P
-from . import prom, selfmetrics
 from . import rayjob as RJ
 from .reconcile import Reconciler, next_tick
 
@@ -212,15 +212,15 @@ async def drive_job(
 # ------------------------------------------------------------------ deletion
 
 
-def _delete_trials(memo: kopf.Memo, key: Key, trials: list[str]) -> None:
+def _delete_trials(memo: kopf.Memo, key: Key, uid: str, trials: list[str]) -> None:
     """Waits for the job's tick in flight (so that it creates no pod after this), then deletes every
-    trial's RayJob, pods and Service."""
+    trial's RayJob, pods, Service and NetworkPolicy that the job (UID `uid`) owns."""
     namespace, name = key
     lock = memo.locks.setdefault(key, threading.Lock())
     got = lock.acquire(timeout=DELETE_WAIT)
     try:
         for trial in trials:
-            memo.reconciler.cluster.delete_trial(namespace, name, trial)
+            memo.reconciler.cluster.delete_trial(namespace, name, trial, uid)
     finally:
         if got:
             lock.release()
@@ -230,6 +230,7 @@ def _delete_trials(memo: kopf.Memo, key: Key, trials: list[str]) -> None:
 async def cleanup_job(
     namespace: str,
     name: str,
+    uid: str,
     spec: dict,
     status: dict,
     memo: kopf.Memo,
@@ -250,7 +251,7 @@ async def cleanup_job(
     doomed = list(dict.fromkeys([*active, *sorted(t for t in seen if t)]))
     t0 = time.monotonic()
     try:
-        await asyncio.get_running_loop().run_in_executor(memo.pool, _delete_trials, memo, key, doomed)
+        await asyncio.get_running_loop().run_in_executor(memo.pool, _delete_trials, memo, key, uid, doomed)
     finally:
         memo.locks.pop(key, None)
     log.info(
@@ -260,7 +261,10 @@ async def cleanup_job(
         name,
         time.monotonic() - t0,
     )
-    pgw = prom.pushgateway_url((spec.get("metrics") or {}).get("pushgatewayUrl"))
+    named = (spec.get("metrics") or {}).get("pushgatewayUrl")
+    if endpoints.problem(endpoints.PUSHGATEWAY, named, memo.reconciler.settings):
+        named = None  # never a DELETE to an endpoint the admin did not list (the job never ran with it)
+    pgw = prom.pushgateway_url(named)
     groups = trials if pgw else []
     if groups:
         await asyncio.get_running_loop().run_in_executor(

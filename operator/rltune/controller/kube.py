@@ -12,6 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..api.crdgen import GROUP, PLURAL, VERSION
+from . import netpol as NP
 from . import pods as P
 from . import rayjob as RJ
 from .reconcile import Conflict, Refusal
@@ -54,6 +55,10 @@ class KubeCluster:
     @functools.cached_property
     def custom(self) -> client.CustomObjectsApi:
         return client.CustomObjectsApi(self.api)
+
+    @functools.cached_property
+    def networking(self) -> client.NetworkingV1Api:
+        return client.NetworkingV1Api(self.api)
 
     def get_job(self, namespace: str, name: str) -> Optional[dict]:
         try:
@@ -126,6 +131,8 @@ class KubeCluster:
             self.core.create_namespaced_service(ns, manifest, **kw)
         elif kind == RJ.KIND:
             self.custom.create_namespaced_custom_object(RJ.GROUP, RJ.VERSION, ns, RJ.PLURAL, manifest, **kw)
+        elif kind == NP.KIND:
+            self.networking.create_namespaced_network_policy(ns, manifest, **kw)
         else:
             raise ValueError(kind)
 
@@ -178,34 +185,85 @@ class KubeCluster:
                 return False
             raise
 
-    def delete_trial(self, namespace: str, job: str, trial: str) -> None:
+    def delete_trial(self, namespace: str, job: str, trial: str, uid: str) -> None:
+        """Deletes the trial's RayJob, pods, Service and NetworkPolicy: only objects the job (UID `uid`)
+        owns. Each is found by the trial's labels, kept only where an ownerReference names the job's UID
+        (a Ray pod: where its owner is the RayCluster or the submitter Job of a RayJob the job owns), and
+        deleted with a precondition on its own UID: an object of the same name that someone else made
+        (a Service `web-baseline` of another workload beside a job `web`), or made anew meanwhile, stays."""
         sel = f"{P.LABEL_JOB}={job},{P.LABEL_TRIAL}={trial}"
         try:
+            ray_owners: set[tuple[str, str, str]] = set()  # (apiVersion, kind, name) owning the trial's Ray pods
             if self.serves_rayjobs():
-                try:  # first, so that KubeRay does not re-create the pods deleted below
-                    self.custom.delete_namespaced_custom_object(
-                        RJ.GROUP,
-                        RJ.VERSION,
-                        namespace,
-                        RJ.PLURAL,
-                        RJ.rayjob_name(job, trial),
-                        propagation_policy="Background",
+                # first, so that KubeRay does not re-create the pods deleted below
+                res = self.custom.list_namespaced_custom_object(
+                    RJ.GROUP, RJ.VERSION, namespace, RJ.PLURAL, label_selector=sel
+                )
+                for rj in res.get("items", []):
+                    md = rj.get("metadata") or {}
+                    if not owned_by(md.get("ownerReferences"), uid):
+                        continue
+                    ray_owners.add(("batch/v1", "Job", md["name"]))  # K8sJobMode: the submitter Job, named so
+                    cluster = (rj.get("status") or {}).get("rayClusterName")
+                    if cluster:
+                        ray_owners.add((RJ.API_VERSION, "RayCluster", cluster))
+                    _gone(
+                        lambda md=md: self.custom.delete_namespaced_custom_object(
+                            RJ.GROUP,
+                            RJ.VERSION,
+                            namespace,
+                            RJ.PLURAL,
+                            md["name"],
+                            body=_precondition(md["uid"], "Background"),
+                        )
                     )
-                except ApiException as e:
-                    if e.status != 404:
-                        raise
-            pods = self.core.list_namespaced_pod(namespace, label_selector=sel).items
-            for p in pods:
-                if p.metadata.deletion_timestamp is None:
-                    try:
-                        self.core.delete_namespaced_pod(p.metadata.name, namespace, grace_period_seconds=5)
-                    except ApiException as e:
-                        if e.status != 404:
-                            raise
-            try:
-                self.core.delete_namespaced_service(P.service_name(job, trial), namespace)
-            except ApiException as e:
-                if e.status != 404:
-                    raise
+            for p in self.core.list_namespaced_pod(namespace, label_selector=sel).items:
+                refs = p.metadata.owner_references or []
+                mine = owned_by([{"uid": r.uid} for r in refs], uid) or any(
+                    (r.api_version, r.kind, r.name) in ray_owners for r in refs
+                )
+                if mine and p.metadata.deletion_timestamp is None:
+                    _gone(
+                        lambda p=p: self.core.delete_namespaced_pod(
+                            p.metadata.name, namespace, body=_precondition(p.metadata.uid, grace=5)
+                        )
+                    )
+            for svc in self.core.list_namespaced_service(namespace, label_selector=sel).items:
+                if owned_by([{"uid": r.uid} for r in svc.metadata.owner_references or []], uid):
+                    _gone(
+                        lambda svc=svc: self.core.delete_namespaced_service(
+                            svc.metadata.name, namespace, body=_precondition(svc.metadata.uid)
+                        )
+                    )
+            # last: a cluster without the chart's networkpolicies rule (an older chart) still frees the GPUs
+            for pol in self.networking.list_namespaced_network_policy(namespace, label_selector=sel).items:
+                if owned_by([{"uid": r.uid} for r in pol.metadata.owner_references or []], uid):
+                    _gone(
+                        lambda pol=pol: self.networking.delete_namespaced_network_policy(
+                            pol.metadata.name, namespace, body=_precondition(pol.metadata.uid)
+                        )
+                    )
         except ApiException as e:
             log.warning("tearing down %s/%s trial %s: %s", namespace, job, trial, e.reason)
+
+
+def owned_by(refs: Optional[list], uid: str) -> bool:
+    """Whether ownerReferences (dicts) name the owner `uid` (never true for an empty uid)."""
+    return bool(uid) and any((r or {}).get("uid") == uid for r in refs or [])
+
+
+def _precondition(uid: str, propagation: Optional[str] = None, grace: Optional[int] = None) -> client.V1DeleteOptions:
+    """DeleteOptions that delete the object only while it is the one that was checked (its UID)."""
+    return client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(uid=uid), propagation_policy=propagation, grace_period_seconds=grace
+    )
+
+
+def _gone(delete) -> None:
+    """Runs a delete; already gone (404) or replaced by another object of that name (409: the UID
+    precondition failed) is no error."""
+    try:
+        delete()
+    except ApiException as e:
+        if e.status not in (404, 409):
+            raise

@@ -6,8 +6,11 @@ NoSchedule/NoExecute taints, and allocatable `nvidia.com/gpu` / cpu / memory aga
 requests (node capacity, not what is free now: a busy pool only means waiting). Transient state
 is ignored: cordoned nodes and the node lifecycle controller's `node.kubernetes.io/*` condition
 taints (not-ready, unreachable, pressure) do not make a pool wrong. When no node fits, the message
-names the selector and what the cluster's nodes carry, so a wrong selector becomes a condition on
-the job instead of trials that wait for their timeout.
+names what the job asked for (its nodeSelector, the GPU type's product affinity, GPUs per node, its
+tolerations) and how many of the cluster's nodes pass each of those checks, so a wrong selector
+becomes a condition on the job instead of trials that wait for their timeout. It never names a
+label value, taint or size of any node: the condition is read by every tenant who may read the job,
+and the cluster's layout is not theirs to read.
 """
 
 from __future__ import annotations
@@ -139,10 +142,6 @@ def pod_requests(pod_spec: dict) -> dict[str, float]:
     return out
 
 
-def _fmt_taint(t: dict) -> str:
-    return f"{t.get('key')}{'=' + t['value'] if t.get('value') else ''}:{t.get('effect')}"
-
-
 def _fmt_qty(v: float) -> str:
     return f"{v:g}"
 
@@ -181,21 +180,23 @@ def _describe_constraints(pod_spec: dict, requests: dict[str, float]) -> str:
     return " + ".join(parts) or "no constraints"
 
 
-def _carry(nodes: list[dict], key: str, limit: int = 4) -> str:
-    counts = Counter(_labels(n).get(key) for n in nodes)
-    items = [f"{key}={v} ({c} node{'s' if c != 1 else ''})" for v, c in counts.most_common() if v is not None][:limit]
-    missing = counts.get(None, 0)
-    if not items:
-        return f"no {key} label"
-    if missing:
-        items.append(f"{missing} without {key}")
-    return ", ".join(items)
+def _fmt_toleration(t: dict) -> str:
+    if t.get("operator") == "Exists" and not t.get("key"):
+        return "every taint" + (f" with effect {t['effect']}" if t.get("effect") else "")
+    value = f"={t['value']}" if t.get("operator") != "Exists" and t.get("value") else ""
+    return f"{t.get('key')}{value}{':' + t['effect'] if t.get('effect') else ''}"
+
+
+def _nodes(n: int) -> str:
+    return f"{n} node{'s' if n != 1 else ''}"
 
 
 def check_pool(nodes: list[dict], pod_spec: dict) -> Optional[str]:
-    """None when at least one node can host a pod with this spec; else a message for the job's condition."""
+    """None when at least one node can host a pod with this spec; else a message for the job's
+    condition: the pod's constraints and, for each in the order the scheduler's filters apply them,
+    how many nodes are left (counts only: no node's labels, taints or sizes)."""
     requests = pod_requests(pod_spec)
-    reasons = Counter()
+    reasons: Counter = Counter()
     for node in nodes:
         why = why_not(node, pod_spec, requests)
         if why is None:
@@ -204,44 +205,34 @@ def check_pool(nodes: list[dict], pod_spec: dict) -> Optional[str]:
     what = _describe_constraints(pod_spec, requests)
     if not nodes:
         return f"no node can host trial pods ({what}): the cluster has no nodes"
-    gpu_nodes = [n for n in nodes if quantity(_allocatable(n).get(GPU_RESOURCE, 0)) > 0]
-    seen = []
+    left = len(nodes)
+    head = f"of the cluster's {_nodes(left)}"
     if requests.get(GPU_RESOURCE):
-        if gpu_nodes:
-            seen.append(
-                f"the cluster's {len(gpu_nodes)} GPU node{'s' if len(gpu_nodes) != 1 else ''} carry "
-                + _carry(gpu_nodes, GPU_PRODUCT_LABEL)
-            )
-        else:
-            seen.append(f"none of the cluster's {len(nodes)} nodes has allocatable {GPU_RESOURCE}")
-    pool = gpu_nodes or nodes
-    for key in pod_spec.get("nodeSelector") or {}:
-        seen.append(f"{'they' if gpu_nodes else 'the nodes'} carry " + _carry(pool, key))
-    fails = []
-    if reasons.get("taint"):
-        taints = Counter(
-            _fmt_taint(t)
-            for n in nodes
-            if why_not(n, pod_spec, requests) == "taint"
-            for t in _untolerated(n, pod_spec.get("tolerations") or [])
+        with_gpus = sum(1 for n in nodes if quantity(_allocatable(n).get(GPU_RESOURCE, 0)) > 0)
+        head += f", {with_gpus} have allocatable {GPU_RESOURCE}"
+    funnel = []  # the nodes left after each check, in why_not's order
+    sel = pod_spec.get("nodeSelector") or {}
+    if sel:
+        left -= reasons.get("nodeSelector", 0)
+        funnel.append(f"{left} match nodeSelector {{" + ", ".join(f"{k}: {v}" for k, v in sel.items()) + "}")
+    if _required_terms(pod_spec) and left:
+        left -= reasons.get("affinity", 0)
+        funnel.append(f"{left}{' of those' if funnel else ''} match the required node affinity")
+    if reasons.get("taint") and left:
+        tols = pod_spec.get("tolerations") or []
+        left -= reasons["taint"]
+        funnel.append(
+            f"{left}{' of those' if funnel else ''} carry no NoSchedule/NoExecute taint the pod does not tolerate "
+            "(its tolerations: " + (", ".join(_fmt_toleration(t) for t in tols) if tols else "none") + ")"
         )
-        fails.append(
-            f"{reasons['taint']} matching node(s) have taints the pod does not tolerate: "
-            + ", ".join(t for t, _ in taints.most_common(3))
-        )
-    for key, n in reasons.items():
-        if key.startswith("resource:"):
+    for key, n in sorted(reasons.items()):
+        if key.startswith("resource:") and left:
             res = key.split(":", 1)[1]
-            most = max((quantity(_allocatable(x).get(res, 0)) for x in nodes), default=0)
-            fails.append(
-                f"{n} matching node(s) have too little allocatable {res} (most: {_fmt_qty(most)}, "
-                f"the pod requests {_fmt_qty(requests[res])})"
+            funnel.append(
+                f"{n}{' of those' if funnel else ''} have less allocatable {res} than the pod requests "
+                f"({_fmt_qty(requests[res])})"
             )
-    msg = f"no node can host trial pods ({what})"
-    if seen:
-        msg += ": " + "; ".join(seen)
-    if fails:
-        msg += "; " + "; ".join(fails)
+    msg = f"no node can host trial pods ({what}): {head}" + ("; " + ", ".join(funnel) if funnel else "")
     return (msg + ". Fix: " + FIX)[:1000]
 
 
@@ -256,10 +247,10 @@ def check_gpus_per_node(nodes: list[dict], pod_spec: dict, gpus_per_node: int) -
     sizes = Counter(int(quantity(_allocatable(n).get(GPU_RESOURCE, 0))) for n in placeable)
     if not sizes or gpus_per_node in sizes:
         return None
-    have = ", ".join(f"{n} node(s) with {g}" for g, n in sorted(sizes.items()))
-    best = sizes.most_common(1)[0][0]
+    more = sum(c for g, c in sizes.items() if g > gpus_per_node)
     return (
-        f"spec.resources.gpusPerNode: {gpus_per_node} GPUs per node, but the nodes trial pods can use have "
-        f"{have} allocatable {GPU_RESOURCE}. Fix: set spec.resources.gpusPerNode: {best} (the size of the "
-        f"nodes it will run on), or select a pool of {gpus_per_node}-GPU nodes with spec.resources.nodeSelector"
+        f"spec.resources.gpusPerNode: {gpus_per_node} GPUs per node, but none of the {_nodes(len(placeable))} "
+        f"trial pods can use has {gpus_per_node} allocatable {GPU_RESOURCE} ({more} with more, "
+        f"{len(placeable) - more} with fewer). Fix: set spec.resources.gpusPerNode to the GPU count of the nodes it "
+        f"will run on, or select a pool of {gpus_per_node}-GPU nodes with spec.resources.nodeSelector"
     )

@@ -34,7 +34,13 @@ Where trial pods land (so they schedule on real GPU clusters, not only on the te
   volumeMounts by mountPath, volumeDevices by devicePath); every other list (command, args,
   tolerations, envFrom, capabilities.drop, ...) is replaced; maps merge key by key and a null
   value deletes the key; volumes use retainKeys (a volume named in the patch keeps only the keys
-  the patch gives it). podsecurity.py decides what of the template is allowed at all.
+  the patch gives it). Strategic-merge directives (`$patch`, `$retainKeys`, `$setElementOrder/...`,
+  ...) are refused, not honoured: `{name: trial, $patch: delete}` would remove the restricted
+  container. After the merge every container, init container and ephemeral container of the pod,
+  the template's own included, starts from the restricted container settings (`apply_template`):
+  a restricted key the container does not set is filled in; what it sets (a relaxation
+  podsecurity.py allowed) stays. podsecurity.py decides what of the template is allowed at all, on
+  the template and on the merged pod.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ import re
 from typing import Any, Optional
 
 from ..api.hardware import gpu as gpu_info
+from ..api.metrics import KEY_ENV
 from ..api.models import RLConfig, RLTuningJobSpec, trial_spec_for
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
@@ -75,6 +82,12 @@ RESTRICTED_CONTAINER_SECURITY: dict[str, Any] = {
     "capabilities": {"drop": ["ALL"]},
     "seccompProfile": {"type": "RuntimeDefault"},
 }
+
+
+DIRECTIVE_REFUSED = (
+    "strategic-merge patch directives are not allowed in a podTemplate (they could delete the operator's "
+    "restricted settings or its trial container); remove it and give the fields to merge instead"
+)
 
 
 class PodTemplateError(ValueError):
@@ -188,8 +201,6 @@ def _merge_map(base: dict, patch: dict, lists: dict, path: str) -> dict:
         raise PodTemplateError(f"{path}: must be a mapping (got {type(patch).__name__})")
     out = copy.deepcopy(base)
     for k, v in patch.items():
-        if k == "$patch":
-            continue
         if v is None:
             out.pop(k, None)
         elif k in lists and isinstance(v, list):
@@ -209,10 +220,6 @@ def _merge_list(base: list, patch: list, key: str, retain: bool, sub: dict, path
         if not isinstance(item, dict) or key not in item:
             raise PodTemplateError(f"{where}.{key}: required (Kubernetes merges {path.rsplit('.', 1)[-1]} by {key})")
         at = next((j for j, x in enumerate(out) if isinstance(x, dict) and x.get(key) == item[key]), None)
-        if item.get("$patch") == "delete":
-            if at is not None:
-                out.pop(at)
-            continue
         if at is None:
             out.append(_merge_map({}, item, sub, where))
         else:
@@ -223,9 +230,47 @@ def _merge_list(base: list, patch: list, key: str, retain: bool, sub: dict, path
     return out
 
 
+def _no_directives(node: Any, path: str) -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            if isinstance(k, str) and k.startswith("$"):
+                raise PodTemplateError(f"{path}.{k}: {DIRECTIVE_REFUSED}")
+            _no_directives(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _no_directives(v, f"{path}[{i}]")
+
+
 def merge_pod_spec(base: dict, template: dict, path: str = TEMPLATE_FIELD) -> dict:
-    """`template` applied to the PodSpec `base` as a strategic merge patch (see module docstring)."""
+    """`template` applied to the PodSpec `base` as a strategic merge patch (see module docstring);
+    a strategic-merge directive anywhere in it is a PodTemplateError."""
+    _no_directives(template, path)
     return _merge_map(base, template, _POD_LISTS, path)
+
+
+def restrict_containers(pod_spec: dict) -> dict:
+    """Every container, init container and ephemeral container of the PodSpec starts from
+    RESTRICTED_CONTAINER_SECURITY: each restricted key a container does not set (or sets to null) is
+    filled in, and `capabilities.drop` defaults to ALL; a value it sets stays. In place; returns it."""
+    for lst in ("initContainers", "containers", "ephemeralContainers"):
+        for c in pod_spec.get(lst) or []:
+            if not isinstance(c, dict):
+                continue
+            sc = c.get("securityContext")
+            sc = sc if isinstance(sc, dict) else {}
+            for k, v in RESTRICTED_CONTAINER_SECURITY.items():
+                if sc.get(k) is None:
+                    sc[k] = copy.deepcopy(v)
+            if isinstance(sc["capabilities"], dict) and sc["capabilities"].get("drop") is None:
+                sc["capabilities"]["drop"] = ["ALL"]
+            c["securityContext"] = sc
+    return pod_spec
+
+
+def apply_template(pod_spec: dict, template: Optional[dict], path: str = TEMPLATE_FIELD) -> dict:
+    """The PodSpec a trial pod gets (pods.py and rayjob.py): the job's podTemplate strategic-merged into
+    the operator's `pod_spec`, then every container restricted (`restrict_containers`)."""
+    return restrict_containers(merge_pod_spec(pod_spec, template, path) if template else pod_spec)
 
 
 # --------------------------------------------------------------------------- manifests
@@ -242,8 +287,10 @@ def trial_manifests(
     warmup: int,
     pushgateway_url: Optional[str],
     settings: Optional[OperatorSettings] = None,
+    metrics_key: str = "",
 ) -> tuple[list[dict], Optional[dict]]:
-    """(pods, headless service or None) of one trial. `owner` is an ownerReference to the job."""
+    """(pods, headless service or None) of one trial. `owner` is an ownerReference to the job;
+    `metrics_key`: the trial's signing key (env RLTUNE_METRICS_KEY, api/metrics.py 'Signed')."""
     settings = settings or current_settings()
     gpus = config.gpus or spec.resources.gpu_budget
     per_node = spec.resources.gpus_per_node
@@ -306,6 +353,8 @@ def trial_manifests(
         ]
         if pushgateway_url:
             env.append({"name": "RLTUNE_PUSHGATEWAY_URL", "value": pushgateway_url})
+        if metrics_key:
+            env.append({"name": KEY_ENV, "value": metrics_key})
         container: dict[str, Any] = {
             "name": "trial",
             "image": wl.image,
@@ -336,8 +385,7 @@ def trial_manifests(
         if n > 1:
             pod_spec["hostname"] = name
             pod_spec["subdomain"] = service_name(job, trial)
-        if spec.resources.pod_template:
-            pod_spec = merge_pod_spec(pod_spec, spec.resources.pod_template)
+        pod_spec = apply_template(pod_spec, spec.resources.pod_template)
         pods.append(
             {
                 "apiVersion": "v1",

@@ -3,7 +3,8 @@
 One RayJob per trial (`<job>-<trial>`, deterministic: a re-create after a crash is 409, not a
 second trial): a RayCluster of one head pod and `nodes - 1` worker pods, each holding one node's
 GPUs on the GPU pool (the same affinity, selector, tolerations, requests and restricted security
-context as any trial pod, and the job's podTemplate merged into each), and KubeRay's submitter
+context as any trial pod, and the job's podTemplate merged into each by `pods.apply_template`, which
+restricts every container the template adds too), and KubeRay's submitter
 (K8sJobMode) running the trial's command as the Ray job's entry point. KubeRay deletes the
 RayCluster when the job finishes (`shutdownAfterJobFinishes`); the operator deletes the RayJob when
 the trial ends, which removes everything it owns.
@@ -30,6 +31,7 @@ from typing import Any, Optional
 
 from ..adapters.registry import framework_command
 from ..api.hardware import gpu as gpu_lookup
+from ..api.metrics import KEY_ENV
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
@@ -130,8 +132,7 @@ def _pod_template(
         pod["nodeSelector"] = selector
     if P.uses_gpu_resource(spec) and spec.resources.gpu_product_affinity:
         pod["affinity"] = P.product_affinity(spec.resources.gpu_type)
-    if spec.resources.pod_template:
-        pod = P.merge_pod_spec(pod, spec.resources.pod_template)
+    pod = P.apply_template(pod, spec.resources.pod_template)
     return {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod}
 
 
@@ -145,9 +146,11 @@ def rayjob_manifest(
     steps: int,
     pushgateway: str,
     settings: Optional[OperatorSettings] = None,
+    metrics_key: str = "",
 ) -> dict:
     """The RayJob of one trial. Pods carry the trial's labels (rank 0 = the head), so the operator
-    reads them like any trial's pods."""
+    reads them like any trial's pods. `metrics_key` (the trial's signing key) reaches the head's
+    environment, which the Ray job's entry point (the bridge) inherits; it is never in the entry point."""
     settings = settings or current_settings()
     gpus = config.gpus or spec.resources.gpu_budget
     per_node = spec.resources.gpus_per_node
@@ -160,7 +163,13 @@ def rayjob_manifest(
     }
     notes = {P.ANNOTATION_GPUS: str(gpus)}
     head = _pod_template(spec, settings, labels | {P.LABEL_RANK: "0"}, min(gpus, per_node), notes, head=True)
+    if metrics_key:
+        trial_container = next(c for c in head["spec"]["containers"] if c.get("name") == "trial")
+        trial_container.setdefault("env", []).append({"name": KEY_ENV, "value": metrics_key})
     cluster: dict[str, Any] = {
+        # 0.0.0.0: KubeRay's submitter pod submits to the dashboard across pods. It has no authentication
+        # (Ray's token auth cannot work with KubeRay v1.5.0, controller/netpol.py says why): the trial's
+        # NetworkPolicy admits only the trial's own pods, the KubeRay operator and Prometheus
         "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": head},
     }
     if nodes > 1:

@@ -29,8 +29,9 @@ from ..settings import OperatorSettings
 from ..settings import current as current_settings
 from ..tuner import lifecycle as L
 from ..tuner import records as R
+from . import endpoints, placement, podsecurity, prom, trialkeys
 from . import kueue as K
-from . import placement, podsecurity, prom
+from . import netpol as NP
 from . import pods as P
 from . import rayjob as RJ
 
@@ -103,25 +104,36 @@ class Cluster(Protocol):
     def create(self, manifest: dict) -> bool: ...  # True if created, False if it already existed
     def list_nodes(self) -> list[dict]: ...  # the cluster's nodes (may be a few seconds old)
     def refusal(self, manifest: dict) -> Optional[Refusal]: ...  # server-side dry run of a create
-    def delete_trial(self, namespace: str, job: str, trial: str) -> None: ...
+    def delete_trial(self, namespace: str, job: str, trial: str, uid: str) -> None: ...  # only what job `uid` owns
     def serves_rayjobs(self) -> bool: ...  # the KubeRay operator's RayJob kind is installed
     def serves_localqueues(self) -> bool: ...  # Kueue's LocalQueue kind (kueue.x-k8s.io/v1beta1) is installed
     def list_rayjobs(self, namespace: str, job: str) -> list[dict]: ...
 
 
 class Metrics(Protocol):
-    def steps(self, prom_url: str, namespace: str, job: str, trial: str, overrides: Optional[dict]) -> list: ...
+    """A trial's signed metrics (`key`: the trial's signing key); `timeout`: what is left of the tick's
+    time for metrics, in seconds."""
+
+    def steps(
+        self, prom_url: str, namespace: str, job: str, trial: str, key: str, overrides: Optional[dict], timeout: float
+    ) -> prom.TrialSteps: ...
     def reason(
-        self, prom_url: str, namespace: str, job: str, trial: str, overrides: Optional[dict]
+        self, prom_url: str, namespace: str, job: str, trial: str, key: str, overrides: Optional[dict], timeout: float
     ) -> Optional[str]: ...
 
 
 class PromMetrics:
-    def steps(self, prom_url, namespace, job, trial, overrides):
-        return prom.query_trial(prom_url, namespace, job, trial, overrides)
+    def steps(self, prom_url, namespace, job, trial, key, overrides, timeout):
+        return prom.query_trial(prom_url, namespace, job, trial, key, overrides, timeout=timeout)
 
-    def reason(self, prom_url, namespace, job, trial, overrides):
-        return prom.trial_reason(prom_url, namespace, job, trial, overrides)
+    def reason(self, prom_url, namespace, job, trial, key, overrides, timeout):
+        return prom.trial_reason(prom_url, namespace, job, trial, key, overrides, timeout=timeout)
+
+
+# Seconds one tick of one job may spend on Prometheus in all (each query gets what is left, at most
+# QUERY_TIMEOUT_S): a slow or dripping server delays that job's scoring, never a worker for long.
+METRICS_BUDGET_S = 15.0
+QUERY_TIMEOUT_S = 10.0
 
 
 class InvalidSpec(ValueError):
@@ -157,11 +169,15 @@ def validate_spec(raw: dict) -> RLTuningJobSpec:
 
 def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
     """What the operator refuses before any pod exists: a spec that contradicts itself (layouts,
-    the model, the search space: tuner.validation), a twin scenario of the wrong shape, and a
-    podTemplate that asks for more than the cluster admin allows. (A verl/OpenRLHF command that
+    the model, the search space: tuner.validation), a twin scenario of the wrong shape, and pods
+    (the podTemplate, merged into the trial pods, the job's tolerations and priority class) that ask
+    for more than the cluster admin allows (podsecurity.check_job). (A verl/OpenRLHF command that
     does not load is refused in `validate_spec`, when its baseline is read.)"""
     from ..tuner.validation import check_spec
 
+    problems = endpoints.problems(spec.metrics.prometheus_url, spec.metrics.pushgateway_url, settings)
+    if problems:  # before anything else: no request is ever made to an endpoint the admin did not list
+        raise InvalidSpec("; ".join(problems), "EndpointNotAllowed")
     problems = [str(p) for p in check_spec(spec)]
     if spec.workload.framework == "twin":
         from ..twin.efficiency import check_scenario
@@ -169,14 +185,12 @@ def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
         problems += check_scenario(spec.workload.scenario)
     if problems:
         raise InvalidSpec("; ".join(problems[:4]))
-    if spec.resources.pod_template:
-        bad = podsecurity.check_pod_template(spec.resources.pod_template, settings.pod_security)
-        if bad:
-            raise InvalidSpec("; ".join(f"{v.field}: {v.message}" for v in bad[:4]), "PodSecurityViolation")
-        try:
-            P.merge_pod_spec({}, spec.resources.pod_template)
-        except P.PodTemplateError as e:
-            raise InvalidSpec(str(e), "InvalidPodTemplate") from None
+    try:  # the podTemplate, the job's tolerations and priority class, and the trial pods it makes
+        bad = podsecurity.check_job(spec, settings)
+    except P.PodTemplateError as e:
+        raise InvalidSpec(str(e), "InvalidPodTemplate") from None
+    if bad:
+        raise InvalidSpec("; ".join(f"{v.field}: {v.message}" for v in bad[:4]), "PodSecurityViolation")
 
 
 class Reconciler:
@@ -199,6 +213,20 @@ class Reconciler:
         self.clock = clock
         # (namespace, name) -> {resourceVersion a status write replaced: the job that write returned}
         self._written: dict[tuple[str, str], dict[str, dict]] = {}
+        # (namespace, name, trial) -> unsigned steps already warned about
+        self._forged: dict[tuple[str, str, str], int] = {}
+
+    def _warn_forged(self, body: dict, trial: str, n: int) -> None:
+        """Series under a trial's key that its pods did not sign: ignored, and said (never scored)."""
+        msg = (
+            f"trial {trial}: {n} step(s) in Prometheus under this trial's labels carry no valid signature and were "
+            "ignored (pushed by a pod other than the trial's own?)"
+        )
+        log.warning("%s/%s: %s", body["metadata"]["namespace"], body["metadata"]["name"], msg)
+        try:
+            self.emit(body, "Warning", "UnsignedMetrics", msg)
+        except Exception as err:  # noqa: BLE001
+            log.debug("event not posted: %s", err)
 
     def _fresher(self, body: dict) -> dict:
         """`body`, or the job as this reconciler's own status writes left it when `body` is the basis
@@ -278,8 +306,10 @@ class Reconciler:
         rayjobs = {r["metadata"]["labels"].get(P.LABEL_TRIAL, ""): r for r in rayjobs}
         if on_ray:
             L.set_condition(status, "RayAvailable", "True", "KubeRay", "trials run as KubeRay RayJobs", gen, now)
-        observations = self._observe(spec, status, pods_by_trial, namespace, name, rayjobs)
-        d = L.step(spec, status, observations, now, gen)
+        observations = self._observe(spec, status, pods_by_trial, body, rayjobs)
+        # the tick's time budget for the search (docs/operator.md 'Bounded work per job'), shared by its steps
+        tick_end = time.monotonic() + self.settings.tick_budget_seconds
+        d = L.step(spec, status, observations, now, gen, self.settings.tick_budget_seconds)
         # pods of trials that are no longer active (and leftovers of a crash after a status write)
         active = {t.id for t in d.status.trials if t.state.is_active}
         # (a trial whose pods and RayJob are all being deleted already is not torn down again)
@@ -310,7 +340,7 @@ class Reconciler:
                         refused[t.id] = L.Observation(refused=r)
             if not refused:
                 break
-            d = d.then(L.step(spec, d.status, refused, now, gen))
+            d = d.then(L.step(spec, d.status, refused, now, gen, max(0.0, tick_end - time.monotonic())))
         self._commit(body, status, d, create, spec)
         return d.status.phase
 
@@ -321,8 +351,7 @@ class Reconciler:
         spec: RLTuningJobSpec,
         status: RLTuningJobStatus,
         pods_by_trial: dict[str, list[dict]],
-        namespace: str,
-        name: str,
+        body: dict,
         rayjobs: dict[str, dict],
     ) -> dict[str, L.Observation]:
         """What the pods and Prometheus say of each active trial. Metrics are read only where the
@@ -332,11 +361,19 @@ class Reconciler:
             prom_url, no_prom = prom.prometheus_url(spec.metrics.prometheus_url), ""
         except prom.MetricsError as e:  # nothing can be scored: trials end MetricsUnavailable, saying why
             prom_url, no_prom = "", str(e)
+        md = body["metadata"]
+        namespace, name, uid = md["namespace"], md["name"], md.get("uid", "")
         names = spec.metrics.names
+        deadline = time.monotonic() + METRICS_BUDGET_S
+
+        def left() -> float:
+            return min(QUERY_TIMEOUT_S, deadline - time.monotonic())
+
         out: dict[str, L.Observation] = {}
         for t in status.trials:
             if not t.state.is_active:
                 continue
+            key = trialkeys.key_for(self.settings, namespace, uid, t.id)
             pods = pods_by_trial.get(t.id, [])
             n = P.ranks_for(t.gpus or 1, R.spec_of_trial(spec, t).resources.gpus_per_node)
             if t.id in rayjobs or adapter_for(spec.workload.framework) is not None:
@@ -355,15 +392,25 @@ class Reconciler:
                 done = t.state != TrialState.PENDING and (rank0 is None or P.pod_phase(rank0) == "Succeeded")
                 failure = P.failure_reason(failed[0]) if failed else ""
                 lost = t.state == TrialState.RUNNING and rank0 is None
-            exported = self.metrics.reason(prom_url, namespace, name, t.id, names) if failure and prom_url else None
+            exported = None
+            if failure and prom_url and left() > 0:
+                exported = self.metrics.reason(prom_url, namespace, name, t.id, key, names, left())
             steps, err = None, ""
             if not failure and (
                 t.state == TrialState.SCORING
                 or (t.state == TrialState.RUNNING and (done or t.kind in ("search", "confirm")))
             ):
                 try:
-                    steps = self.metrics.steps(prom_url, namespace, name, t.id, names) if prom_url else []
-                    err = no_prom
+                    if not prom_url:
+                        steps, err = [], no_prom
+                    elif left() <= 0:
+                        steps, err = [], f"this tick's {METRICS_BUDGET_S:g} s for Prometheus ran out; read next tick"
+                    else:
+                        got = self.metrics.steps(prom_url, namespace, name, t.id, key, names, left())
+                        steps = got.steps
+                        if got.forged > self._forged.get((namespace, name, t.id), 0):
+                            self._forged[(namespace, name, t.id)] = got.forged
+                            self._warn_forged(body, t.id, got.forged)
                 except prom.MetricsError as e:
                     steps, err = [], str(e)
             out[t.id] = L.Observation(
@@ -392,10 +439,16 @@ class Reconciler:
             "blockOwnerDeletion": True,
         }
         config = R.config_from_diff(spec.baseline, t.config)
+        key = trialkeys.key_for(self.settings, md["namespace"], md["uid"], t.id)
+        # the trial's NetworkPolicy first: its pods never run unfenced (controller/netpol.py)
+        policy = NP.trial_policy(md["namespace"], md["name"], t.id, owner, self.settings.network_policy)
+        fence = [policy] if policy else []
         if adapter_for(spec.workload.framework) is not None:
             pgw = prom.pushgateway_url(spec.metrics.pushgateway_url)
-            return [
-                RJ.rayjob_manifest(md["namespace"], md["name"], owner, spec, t.id, config, t.steps, pgw, self.settings)
+            return fence + [
+                RJ.rayjob_manifest(
+                    md["namespace"], md["name"], owner, spec, t.id, config, t.steps, pgw, self.settings, metrics_key=key
+                )
             ]
         pods, svc = P.trial_manifests(
             md["namespace"],
@@ -408,8 +461,9 @@ class Reconciler:
             spec.budget.warmup_steps,
             prom.pushgateway_url(spec.metrics.pushgateway_url),
             settings=self.settings,
+            metrics_key=key,
         )
-        return ([svc] if svc else []) + pods
+        return fence + ([svc] if svc else []) + pods
 
     def _refusal(self, manifests: list[dict], gpus_per_node: int) -> Optional[L.Refusal]:
         """Why the trial cannot get its pods: no node can hold one (each pod is checked against the
@@ -472,12 +526,18 @@ class Reconciler:
         # finished trials' pods go first: the GPUs a new trial was given are theirs, and created first
         # the new pods would hold them alongside for a moment (over gpuBudget until the delete lands)
         for trial in dict.fromkeys(d.teardown):
-            self.cluster.delete_trial(ns, name, trial)
+            self.cluster.delete_trial(ns, name, trial, body["metadata"].get("uid", ""))
+        unfenced: set[str] = set()  # trials whose NetworkPolicy was not created: no pods for them this tick
         for m in create:
+            trial = (m["metadata"].get("labels") or {}).get(P.LABEL_TRIAL, "")
+            if trial in unfenced:
+                continue
             try:
                 self.cluster.create(m)
             except Exception as e:  # noqa: BLE001 - reported, retried next tick
                 log.warning("creating %s %s failed: %s", m["kind"], m["metadata"]["name"], e)
+                if m["kind"] == NP.KIND:
+                    unfenced.add(trial)
         for _ in d.started:
             self.on_trial_started("trial")
         for state in d.finished:

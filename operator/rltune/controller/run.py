@@ -67,6 +67,13 @@ def run(args: Optional[argparse.Namespace] = None) -> int:
         print("rltune operator: not configured: " + "; ".join(settings.missing()), file=sys.stderr)
         return 2
     settings_mod.install(settings)
+    from .trialkeys import MetricsKeyError, operator_key
+
+    try:
+        operator_key(settings)  # a missing or short key file stops the start, not the first trial
+    except MetricsKeyError as e:
+        print(f"rltune operator: {e}", file=sys.stderr)
+        return 2
 
     import kopf
 

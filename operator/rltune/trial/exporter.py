@@ -4,6 +4,8 @@ Every series carries the labels namespace, rltune_job, trial; per-step gauges ad
 `phase` for rltune_step_phase_seconds). The registry is served over HTTP when a metrics port is
 set (scrape mode) and pushed to the Pushgateway under the grouping key
 {job="rltune-trial", namespace, rltune_job, trial} when a Pushgateway URL is set (push mode).
+With a signing key (env RLTUNE_METRICS_KEY, given to the trial's pods only) each step's samples
+and the failure reason are signed (api/metrics.py 'Signed'): the operator scores nothing else.
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ class TrialExporter:
         push_interval: float = 0.2,
         names: Optional[dict] = None,
         bind: str = "0.0.0.0",
+        signing_key: Optional[str] = None,
     ):
         self.labels = {"namespace": namespace, "rltune_job": job, "trial": trial}
+        self.signing_key = signing_key or ""
         self.mode = mode
         self.pushgateway_url = pushgateway_url
         self.metrics_port = metrics_port
@@ -58,11 +62,15 @@ class TrialExporter:
         self.gpus = Gauge(M.name("trial_gpus", names), M.TRIAL_METRICS["trial_gpus"], BASE_LABELS, registry=reg)
         self.state = Gauge(M.name("trial_state", names), M.TRIAL_METRICS["trial_state"], BASE_LABELS, registry=reg)
         self.info = Gauge(
-            M.name("trial_info", names), M.TRIAL_METRICS["trial_info"], BASE_LABELS + ("mode", "reason"), registry=reg
+            M.name("trial_info", names),
+            M.TRIAL_METRICS["trial_info"],
+            BASE_LABELS + ("mode", "reason", "signature"),
+            registry=reg,
         )
+        self.signature = Gauge(M.SIGNATURE, M.SIGNATURE_HELP, BASE_LABELS + ("step", "signature"), registry=reg)
         self.steps.labels(**self.labels)  # export 0 before the first step
         self.state.labels(**self.labels).set(M.TRIAL_RUNNING)
-        self.info.labels(**self.labels, mode=mode, reason="").set(1)
+        self.info.labels(**self.labels, mode=mode, reason="", signature="").set(1)
 
     # ------------------------------------------------------------------ serving
     def serve(self) -> None:
@@ -100,29 +108,35 @@ class TrialExporter:
 
     def record(self, rec: StepRecord) -> None:
         lab = dict(self.labels, step=str(rec.step))
-        g = self.step_gauges
-        g["step_duration_seconds"].labels(**lab).set(rec.duration)
-        for phase in M.PHASES:
-            g["step_phase_seconds"].labels(**lab, phase=phase).set(float(rec.phases.get(phase, 0.0)))
-        g["step_generated_tokens"].labels(**lab).set(rec.generated_tokens)
-        g["step_trained_tokens"].labels(**lab).set(rec.trained_tokens)
-        g["step_staleness"].labels(**lab).set(rec.staleness)
-        g["step_reward_mean"].labels(**lab).set(rec.reward)
-        g["step_logprob_mismatch"].labels(**lab).set(rec.logprob_mismatch)
-        g["step_kv_cache_usage_ratio"].labels(**lab).set(rec.kv_usage)
-        g["step_preemptions"].labels(**lab).set(rec.preemptions)
-        g["step_trainer_memory_ratio"].labels(**lab).set(rec.trainer_memory)
-        g["step_longest_sequence_tokens"].labels(**lab).set(rec.longest_sequence)
-        g["step_warmup"].labels(**lab).set(1 if rec.warmup else 0)
+        values = step_values(rec)
+        for contract, phase, value in values:
+            gauge = self.step_gauges[contract]
+            (gauge.labels(**lab, phase=phase) if phase else gauge.labels(**lab)).set(value)
+        if self.signing_key:
+            sig = M.step_signature(self.signing_key, self.labels, rec.step, values)
+            self.signature.labels(**lab, signature=sig).set(1)
         self.steps.labels(**self.labels).inc()
         self.push()
 
     def finish(self, ok: bool, reason: str = "") -> None:
         self.state.labels(**self.labels).set(M.TRIAL_SUCCEEDED if ok else M.TRIAL_FAILED)
         if reason:
-            self.info.remove(self.labels["namespace"], self.labels["rltune_job"], self.labels["trial"], self.mode, "")
-            self.info.labels(**self.labels, mode=self.mode, reason=_label(reason)).set(1)
+            self.info.remove(
+                self.labels["namespace"], self.labels["rltune_job"], self.labels["trial"], self.mode, "", ""
+            )
+            why = _label(reason)
+            sig = M.reason_signature(self.signing_key, self.labels, why) if self.signing_key else ""
+            self.info.labels(**self.labels, mode=self.mode, reason=why, signature=sig).set(1)
         self.push(force=True)
+
+
+def step_values(rec: StepRecord) -> list[tuple[str, str, float]]:
+    """(contract, phase or "", value) of every per-step sample the exporter sets for `rec`."""
+    out = [("step_duration_seconds", "", float(rec.duration))]
+    out += [("step_phase_seconds", ph, float(rec.phases.get(ph, 0.0))) for ph in M.PHASES]
+    out += [(c, "", float(getattr(rec, attr))) for c, attr in M.STEP_FIELDS.items()]
+    out.append(("step_warmup", "", 1.0 if rec.warmup else 0.0))
+    return out
 
 
 def _label(reason: str) -> str:
