@@ -133,6 +133,18 @@ def ensure_bed() -> Bed:
 
 
 # ----------------------------------------------------------------------------- waiting
+def chart_env(bed: "Bed") -> dict[str, str]:
+    """The environment for installing the chart on the bed (hack/demo.py's helm helpers), with the
+    CRD applied: the release's Prometheus and Pushgateway are the bed's."""
+    import demo  # hack/demo.py
+
+    env = demo.bed_env()
+    env.update(bed.env())
+    env["RLTUNE_PROMETHEUS_URL"], env["RLTUNE_PUSHGATEWAY_URL"] = bed.prometheus_url, bed.pushgateway_url
+    demo.apply_crd(env)
+    return env
+
+
 def wait_for(cond, timeout: float = 30.0, interval: float = 0.2, what: str = "condition"):
     """Poll cond() until it returns a truthy value; return that value."""
     deadline = time.time() + timeout

@@ -69,10 +69,7 @@ def condition(job: dict, type_: str) -> dict:
 @pytest.fixture
 def release(bed, core, namespace):
     """The chart installed into its own namespace, watching only `namespace`."""
-    env = demo.bed_env()
-    env.update(bed.env())
-    env["RLTUNE_PROMETHEUS_URL"], env["RLTUNE_PUSHGATEWAY_URL"] = bed.prometheus_url, bed.pushgateway_url
-    demo.apply_crd(env)
+    env = bedlib.chart_env(bed)
     sys_ns = bedlib.unique("rltune-sys")
     name = "rl" + sys_ns[-6:]
     # both namespaces enforce the Pod Security Standards' restricted profile (the API server's

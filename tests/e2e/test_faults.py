@@ -13,11 +13,9 @@ RLTUNE_BED_STATE=/tmp/bed-faults RLTUNE_BED_PORT_OFFSET=2000 RLTUNE_BED_KUBERAY=
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import signal
-import socketserver
 import subprocess
 import threading
 import time
@@ -31,6 +29,7 @@ import yaml
 
 import bed as bedlib
 import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
+from loopback import Loopback, Quiet
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
@@ -410,14 +409,14 @@ def test_node_lost_mid_trial_is_retried_once_elsewhere(rig):
 # ============================================================================ 4. Prometheus down / slow
 
 
-class SlowProxy:
+class SlowProxy(Loopback):
     """An HTTP proxy in front of Prometheus that answers `delay` seconds late (the job's prometheusUrl)."""
 
     def __init__(self, target: str, delay: float):
         self.target, self.delay, self.requests = target, delay, 0
         outer = self
 
-        class H(http.server.BaseHTTPRequestHandler):
+        class H(Quiet):
             def do_GET(self):  # noqa: N802
                 outer.requests += 1
                 time.sleep(outer.delay)
@@ -434,18 +433,7 @@ class SlowProxy:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *a):
-                pass
-
-        class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = S(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
+        super().__init__(H)
 
 
 def test_prometheus_down_for_a_minute_and_slow(rig, bed):

@@ -7,14 +7,13 @@ Prometheus reads and their error messages, metric names as names, and the signed
 
 from __future__ import annotations
 
-import http.server
 import socket
-import socketserver
 import threading
 import time
 
 import pytest
 
+from loopback import Loopback, Quiet
 from rltune.api import metrics as M
 from rltune.api.models import RLTuningJobSpec, url_problem
 from rltune.controller import bounded_http, endpoints, prom
@@ -24,7 +23,7 @@ from rltune.settings import OperatorSettings
 MARKER = "AKIAMARKER-SECRET-7f3a"  # what a fake metadata server answers: must never reach a message
 
 
-class Server:
+class Server(Loopback):
     """A loopback HTTP server whose handler is `handle(request_handler)`; counts requests."""
 
     def __init__(self, handle):
@@ -33,25 +32,14 @@ class Server:
         self.closed_early = threading.Event()
         outer = self
 
-        class H(http.server.BaseHTTPRequestHandler):
+        class H(Quiet):
             def do_GET(self):  # noqa: N802
                 outer.requests += 1
                 handle(self, outer)
 
             do_DELETE = do_GET  # noqa: N815
 
-            def log_message(self, *a):
-                pass
-
-        class S(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-
-        self.server = S(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
+        super().__init__(H)
 
 
 @pytest.fixture
