@@ -464,11 +464,8 @@ class OpenRLHFAdapter:
 
     def _pools(self, spec: RLTuningJobSpec, config: RLConfig) -> tuple[int, int, int]:
         """(gpus, trainer GPUs, rollout GPUs) of a configuration."""
-        gpus = config.gpus or spec.resources.gpu_budget
-        if config.placement == "colocated":
-            return gpus, gpus, gpus
-        trainer = config.trainer_gpus or max(1, gpus // 2)
-        return gpus, trainer, gpus - trainer
+        lay = spec.layout(config)
+        return lay.gpus, lay.trainer, lay.rollout
 
     def _mode(self, config: RLConfig) -> str:
         if config.async_.staleness >= 1:

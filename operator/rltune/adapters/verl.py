@@ -552,7 +552,7 @@ class Verl:
         t, r, a = config.trainer, config.rollout, config.async_
         m = spec.workload.model.resolved()
         per_node = spec.resources.gpus_per_node
-        gpus = config.gpus or spec.resources.gpu_budget
+        gpus = spec.layout(config).gpus
         out: list[str] = []
         if backend not in ("fsdp", "fsdp2", "megatron"):
             out.append(
@@ -871,16 +871,16 @@ class Verl:
         w[R + "quantization"] = "fp8" if r.fp8 else None
         # ---- placement, pools, weight sync
         per_node = spec.resources.gpus_per_node
-        gpus = config.gpus or spec.resources.gpu_budget
+        lay = spec.layout(config)
+        gpus = lay.gpus
         w["actor_rollout_ref.hybrid_engine"] = mode == HYBRID
         if mode == HYBRID:
             w["trainer.nnodes"], w["trainer.n_gpus_per_node"] = _layout(gpus, per_node)
             if not same_mode_family:
                 w[R + "checkpoint_engine.backend"] = "naive"
         else:
-            trainer_gpus = config.trainer_gpus or max(1, gpus // 2)
-            w["trainer.nnodes"], w["trainer.n_gpus_per_node"] = _layout(trainer_gpus, per_node)
-            w["rollout.nnodes"], w["rollout.n_gpus_per_node"] = _layout(max(gpus - trainer_gpus, 1), per_node)
+            w["trainer.nnodes"], w["trainer.n_gpus_per_node"] = _layout(lay.trainer, per_node)
+            w["rollout.nnodes"], w["rollout.n_gpus_per_node"] = _layout(max(lay.rollout, 1), per_node)
             if not (same_mode_family and base.get("weightSync") == config.weight_sync):
                 w[R + "checkpoint_engine.backend"] = WEIGHT_SYNC.get(config.weight_sync, config.weight_sync)
         # ---- async

@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from .layout import Layout, layout
 from .metrics import STEP_METRICS, TRIAL_METRICS
 from .presets import PRESETS
 
@@ -805,6 +806,11 @@ class RLTuningJobSpec(CamelModel):
     budget: Budget = Field(default_factory=Budget, description="How much trial work the search may spend.")
     metrics: MetricsSource = Field(default_factory=MetricsSource, description="Where trial metrics are read.")
 
+    def layout(self, config: Optional[RLConfig] = None) -> Layout:
+        """Where `config`'s GPUs go on this job's nodes (default: the baseline): api/layout.py."""
+        c = self.baseline if config is None else config
+        return layout(c.gpus, c.placement, c.trainer_gpus, self.resources.gpu_budget, self.resources.gpus_per_node)
+
     @model_validator(mode="after")
     def _cross_field(self) -> "RLTuningJobSpec":
         b = self.budget
@@ -817,7 +823,7 @@ class RLTuningJobSpec(CamelModel):
                 "budget.confirmSteps must be 0 or more than budget.warmupSteps: the confirmation run would "
                 "measure no steady-state step; raise confirmSteps or set it to 0"
             )
-        g = self.baseline.gpus or self.resources.gpu_budget
+        g = self.layout().gpus
         if g > self.resources.gpu_budget:
             raise ValueError(
                 f"baseline.gpus ({g}) exceeds resources.gpuBudget ({self.resources.gpu_budget}): "

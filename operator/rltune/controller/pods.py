@@ -52,6 +52,7 @@ import re
 from typing import Any, Optional
 
 from ..api.hardware import gpu as gpu_info
+from ..api.layout import nodes_for
 from ..api.metrics import KEY_ENV
 from ..api.models import RLConfig, RLTuningJobSpec, trial_spec_for
 from ..settings import OperatorSettings
@@ -113,7 +114,8 @@ def service_name(job: str, trial: str) -> str:
 
 
 def ranks_for(gpus: int, gpus_per_node: int) -> int:
-    return max(1, -(-gpus // gpus_per_node))
+    """Ranks (one pod each) of a trial on `gpus` GPUs: the nodes its layout spans (api/layout.py)."""
+    return nodes_for(gpus, gpus_per_node)
 
 
 def uses_gpu_resource(spec: RLTuningJobSpec) -> bool:
@@ -292,9 +294,8 @@ def trial_manifests(
     """(pods, headless service or None) of one trial. `owner` is an ownerReference to the job;
     `metrics_key`: the trial's signing key (env RLTUNE_METRICS_KEY, api/metrics.py 'Signed')."""
     settings = settings or current_settings()
-    gpus = config.gpus or spec.resources.gpu_budget
-    per_node = spec.resources.gpus_per_node
-    n = ranks_for(gpus, per_node)
+    lay = spec.layout(config)
+    gpus, n, per_node = lay.gpus, lay.nodes, spec.resources.gpus_per_node
     tspec = trial_spec_for(
         namespace, job, trial, spec, config, steps, warmup, seed=seed_for(trial), pushgateway_url=pushgateway_url
     )

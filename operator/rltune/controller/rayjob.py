@@ -78,7 +78,7 @@ def entrypoint(
         "--warmup-steps",
         str(spec.budget.warmup_steps),
         "--gpus",
-        str(config.gpus or spec.resources.gpu_budget),
+        str(spec.layout(config).gpus),
         "--gpu-memory-gib",  # nominal, if nvidia-smi does not answer: docs/frameworks.md "Mapping: verl"
         f"{gpu_lookup(spec.resources.gpu_type).hbm_bytes / 1e9:g}",
     ]
@@ -152,9 +152,8 @@ def rayjob_manifest(
     reads them like any trial's pods. `metrics_key` (the trial's signing key) reaches the head's
     environment, which the Ray job's entry point (the bridge) inherits; it is never in the entry point."""
     settings = settings or current_settings()
-    gpus = config.gpus or spec.resources.gpu_budget
-    per_node = spec.resources.gpus_per_node
-    nodes = P.ranks_for(gpus, per_node)
+    lay = spec.layout(config)
+    gpus, nodes, per_node = lay.gpus, lay.nodes, spec.resources.gpus_per_node
     labels = {
         P.LABEL_JOB: job,
         P.LABEL_TRIAL: trial,

@@ -78,7 +78,7 @@ class Proposal(TunerModel):
 def baseline_record(spec: RLTuningJobSpec, summary: Optional[TrialSummary] = None, id: str = "baseline") -> TrialRecord:
     """The baseline as a TrialRecord; pass the measured summary once the baseline trial ran."""
     cfg = explicit(spec.baseline, spec.resources.gpu_budget, spec.resources.gpus_per_node)
-    rec = TrialRecord(id=id, config=cfg, gpus=spec.baseline.gpus or spec.resources.gpu_budget, state=TrialState.PENDING)
+    rec = TrialRecord(id=id, config=cfg, gpus=spec.layout().gpus, state=TrialState.PENDING)
     if summary is not None:
         rec = Tuner(spec, rec, []).judge(rec, summary)
     return rec
@@ -396,7 +396,7 @@ class Tuner:
         if not is_base and "steps" in rec.gates and rec.gates["steps"].passed:
             rec.gates["memory"] = headroom.gate(self.spec, rec.config, summary)
         if rec.gpus == 0:
-            rec.gpus = rec.config.gpus or self.budget
+            rec.gpus = self.spec.layout(rec.config).gpus
         if summary.failed or summary.steps == 0:
             rec.state, rec.objective = TrialState.FAILED, None
             rec.reason = rec.reason or "no steady-state step was measured"

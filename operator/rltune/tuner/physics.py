@@ -21,6 +21,7 @@ from typing import Optional
 
 from ..api.hardware import GPU
 from ..api.hardware import gpu as gpu_lookup
+from ..api.layout import layout
 from ..api.models import ModelArch, TaskSpec
 from ..api.pipeline import pipeline_step
 
@@ -680,12 +681,10 @@ def weight_sync(mf: ModelFacts, g: GPU, k: dict, gpus_t: int, gpus_r: int) -> fl
 
 
 def split(k: dict, budget: int, gpn: int) -> tuple[int, int, int]:
-    """(gpus, trainer_gpus, rollout_gpus) of a configuration (flat knob dict, RLConfig.flat())."""
-    gpus = k.get("gpus") or budget
-    if k["placement"] == "colocated":
-        return gpus, gpus, gpus
-    t = k.get("trainerGpus") or max(gpn, (gpus // 2) // gpn * gpn)
-    return gpus, t, gpus - t
+    """(gpus, trainer_gpus, rollout_gpus) of a configuration (flat knob dict, RLConfig.flat()), by
+    the one layout rule (api/layout.py)."""
+    lay = layout(k.get("gpus"), k["placement"], k.get("trainerGpus"), budget, gpn)
+    return lay.gpus, lay.trainer, lay.rollout
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,7 @@ def spec_of_trial(spec: RLTuningJobSpec, t: TrialStatus) -> RLTuningJobSpec:
 
 
 def gpus_of(spec: RLTuningJobSpec, config: RLConfig) -> int:
-    return config.gpus or spec.resources.gpu_budget
+    return spec.layout(config).gpus
 
 
 def baseline_steps(spec: RLTuningJobSpec) -> int:

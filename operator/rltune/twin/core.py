@@ -22,6 +22,7 @@ import numpy as np
 
 from rltune.api.hardware import GiB
 from rltune.api.hardware import gpu as gpu_spec
+from rltune.api.layout import layout
 from rltune.api.metrics import StepRecord
 from rltune.api.models import ModelArch, RLConfig, TaskSpec, TrialSpec
 from rltune.api.pipeline import pipeline_step
@@ -60,12 +61,9 @@ def make_plan(
 ) -> Plan:
     eff = efficiency(gpu_type, scenario)
     gpus = cfg.gpus or int(eff.extra.get("gpus", DEFAULT_GPUS))
-    colocated = cfg.placement == "colocated"
-    if colocated:
-        train_g = roll_g = gpus
-    else:
-        train_g = cfg.trainer_gpus or max(1, gpus // 2)
-        roll_g = gpus - train_g
+    lay = layout(gpus, cfg.placement, cfg.trainer_gpus, gpus, gpus_per_node)
+    colocated, train_g, roll_g = lay.colocated, lay.trainer, lay.rollout
+    if not colocated:
         if roll_g < cfg.rollout.tp:
             raise Infeasible(
                 f"disaggregated placement leaves {roll_g} rollout GPUs (gpus {gpus} - trainerGpus {train_g}), "
