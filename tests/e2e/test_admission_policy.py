@@ -24,8 +24,8 @@ import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
 from bed import testbed
 from rltune.adapters import registry
 from rltune.api.models import RLTuningJobSpec
-from rltune.controller import pods as P
-from rltune.controller import rayjob as RJ
+from rltune.controller import pods as pod_manifests
+from rltune.controller import rayjob as trial_rayjobs
 from rltune.settings import OperatorSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,12 +169,16 @@ def test_the_api_server_refuses_what_the_operators_service_account_may_not_creat
     assert r.returncode == 0, r.stderr
     settings = OperatorSettings()
     spec = twin_spec(podTemplate=copy.deepcopy(TEMPLATE))
-    pods, _ = P.trial_manifests(namespace, "vap", None, spec, "t1", spec.baseline, 3, 1, bed.pushgateway_url, settings)
+    pods, _ = pod_manifests.trial_manifests(
+        namespace, "vap", None, spec, "t1", spec.baseline, 3, 1, bed.pushgateway_url, settings
+    )
     raw = yaml.safe_load((ROOT / "examples" / "verl-dapo-b300.yaml").read_text())["spec"]
     raw["resources"]["podTemplate"] = copy.deepcopy(TEMPLATE)
     verl = registry.resolve(RLTuningJobSpec.model_validate(raw))
-    rayjob = RJ.rayjob_manifest(namespace, "vap", None, verl, "t1", verl.baseline, 3, bed.pushgateway_url, settings)
-    for pod in pods + RJ.pods_of(rayjob):
+    rayjob = trial_rayjobs.rayjob_manifest(
+        namespace, "vap", None, verl, "t1", verl.baseline, 3, bed.pushgateway_url, settings
+    )
+    for pod in pods + trial_rayjobs.pods_of(rayjob):
         assert {"trial", "sidecar"} <= {c["name"] for c in pod["spec"]["containers"]}
         r = create(env, namespace, pod, user, dry_run=True)
         assert r.returncode == 0, (pod["metadata"]["name"], r.stderr)
@@ -187,7 +191,9 @@ def test_rayjobs_of_the_operator_are_checked_on_their_pod_templates(bed, namespa
     settings = OperatorSettings()
     raw = yaml.safe_load((ROOT / "examples" / "verl-dapo-b300.yaml").read_text())["spec"]
     spec = registry.resolve(RLTuningJobSpec.model_validate(raw))
-    rayjob = RJ.rayjob_manifest(namespace, "vap", None, spec, "t1", spec.baseline, 3, bed.pushgateway_url, settings)
+    rayjob = trial_rayjobs.rayjob_manifest(
+        namespace, "vap", None, spec, "t1", spec.baseline, 3, bed.pushgateway_url, settings
+    )
     r = create(env, namespace, rayjob, user, dry_run=True)
     assert r.returncode == 0, r.stderr
     # a worker template with an NFS volume, a head container that is privileged: each refused

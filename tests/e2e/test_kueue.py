@@ -136,12 +136,12 @@ def test_kueue_eviction_is_what_the_operator_reads_as_preemption(bed, namespace,
     """A higher-priority group preempts a running one: Kueue marks the evicted pods with the
     TerminationTarget condition (reason WorkloadEvictedDueToPreempted) before deleting them - what
     controller/kueue.py's `evicted` reads as the trial outcome Preempted."""
-    from rltune.controller import kueue as K
+    from rltune.controller import kueue
 
     low, high = priorities
     for i in range(2):
         p = group_pod(f"low-{i}", "group-low", 2, queue, 600)
-        p["metadata"]["labels"].update({K.PRIORITY_LABEL: low, "rltune.io/job": "x"})  # TrialPodWatch's selector
+        p["metadata"]["labels"].update({kueue.PRIORITY_LABEL: low, "rltune.io/job": "x"})  # TrialPodWatch's selector
         core.create_namespaced_pod(namespace, p)
 
     def group(name):
@@ -158,12 +158,12 @@ def test_kueue_eviction_is_what_the_operator_reads_as_preemption(bed, namespace,
     class Evictions(bedlib.TrialPodWatch):
         def on_event(self, kind, p):
             if p.metadata.name.startswith("low-") and not seen.get(p.metadata.name):
-                seen[p.metadata.name] = K.evicted([api.sanitize_for_serialization(p)])
+                seen[p.metadata.name] = kueue.evicted([api.sanitize_for_serialization(p)])
 
     watch = Evictions(bed, namespace)
     for i in range(2):
         p = group_pod(f"high-{i}", "group-high", 2, queue, 600)
-        p["metadata"]["labels"][K.PRIORITY_LABEL] = high
+        p["metadata"]["labels"][kueue.PRIORITY_LABEL] = high
         core.create_namespaced_pod(namespace, p)
     bedlib.wait_for(
         lambda: (lambda ps: len(ps) == 2 and all(p.spec.node_name and not gated(p) for p in ps))(group("group-high")),

@@ -218,12 +218,12 @@ class Recorder:
 def spoof_body(ns: str, job: str) -> str:
     """A 1 ms step for steps 0-11, in the text format with the contract's own HELP/TYPE lines
     (the Pushgateway refuses a family whose type or help differs from the one it holds)."""
-    from rltune.api import metrics as M
+    from rltune.api import metrics
 
     lines = []
     for contract, value in (("step_duration_seconds", SPOOF_SECONDS), ("step_warmup", 0), ("step_reward_mean", 1)):
-        n = M.name(contract)
-        lines += [f"# HELP {n} {M.STEP_METRICS[contract]}", f"# TYPE {n} gauge"]
+        n = metrics.name(contract)
+        lines += [f"# HELP {n} {metrics.STEP_METRICS[contract]}", f"# TYPE {n} gauge"]
         for step in range(12):
             lab = f'namespace="{ns}",rltune_job="{job}",trial="%s",step="{step}"'
             lines.append(f"{n}{{{lab}}} {value}")

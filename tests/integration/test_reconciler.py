@@ -41,7 +41,7 @@ import yaml
 import bed as bedlib
 from demo import wait_crd_established  # hack/demo.py
 from rltune.api.crdgen import GROUP, PLURAL, VERSION
-from rltune.controller import pods as P
+from rltune.controller import pods as pod_manifests
 from rltune.controller import prom
 from rltune.controller.kube import KubeCluster
 from rltune.controller.reconcile import Reconciler
@@ -101,14 +101,16 @@ def _kubectl(bed, *args, input=None):
 def crd(bed):
     """The CRD, and the in-process operator settings pointed at the bed's Prometheus and Pushgateway
     (the endpoints the jobs here name: the operator's own, so allowed)."""
-    from rltune import settings as S
+    from rltune import settings
 
     _kubectl(bed, "apply", "--server-side", "--force-conflicts", "-f", str(CRD))
     wait_crd_established(bed.env(), f"{PLURAL}.{GROUP}", kubectl_bin=str(bed.bin_dir / "kubectl"))
-    before = S._current
-    S.install(S.OperatorSettings(prometheus={"url": bed.prometheus_url}, pushgatewayUrl=bed.pushgateway_url))
+    before = settings._current
+    settings.install(
+        settings.OperatorSettings(prometheus={"url": bed.prometheus_url}, pushgatewayUrl=bed.pushgateway_url)
+    )
     yield bed
-    S._current = before
+    settings._current = before
 
 
 @pytest.fixture
@@ -253,7 +255,10 @@ def audit_codes(bed, ns: str) -> dict[str, Counter]:
 
 
 def pod_gpus(pod) -> int:
-    return sum(int(((c.resources and c.resources.requests) or {}).get(P.GPU_RESOURCE, 0)) for c in pod.spec.containers)
+    return sum(
+        int(((c.resources and c.resources.requests) or {}).get(pod_manifests.GPU_RESOURCE, 0))
+        for c in pod.spec.containers
+    )
 
 
 def holds_gpus(pod) -> bool:
@@ -287,7 +292,7 @@ class PodLedger(bedlib.TrialPodWatch):
             self._alive_any.pop(name, None)
         self.peak = max(self.peak, sum(self.live.values()))
         self.peak_trials = max(
-            self.peak_trials, len({self.pods[n].metadata.labels.get(P.LABEL_TRIAL) for n in self.live})
+            self.peak_trials, len({self.pods[n].metadata.labels.get(pod_manifests.LABEL_TRIAL) for n in self.live})
         )
         self.peak_with_terminating = max(self.peak_with_terminating, sum(self._alive_any.values()))
 
@@ -344,8 +349,11 @@ def test_restart_every_tick_never_duplicates_pods(bed, ns):
     # every trial that ran had all its pods (16 GPUs on 8-GPU nodes: ranks 0 and 1), each created once
     for t in st["trials"]:
         if t.get("startedAt"):
-            n = P.ranks_for(t["gpus"], 8)
-            assert {P.pod_name("tune", t["id"], r) for r in range(n)} <= set(creations), (t["id"], creations)
+            n = pod_manifests.ranks_for(t["gpus"], 8)
+            assert {pod_manifests.pod_name("tune", t["id"], r) for r in range(n)} <= set(creations), (
+                t["id"],
+                creations,
+            )
     # each result reported once, although two reconcilers raced on half of the ticks
     finished = sum(k for r, k in events.reasons().items() if r.startswith("Trial") and r != "TrialStarted")
     assert finished == len(st["trials"]), events
@@ -376,7 +384,7 @@ def test_gpu_budget_respected_across_running_trials(bed, ns):
     samples: list[int] = []
 
     def sample(_phase):
-        live = [p for p in core.list_namespaced_pod(ns, label_selector=P.LABEL_JOB).items if holds_gpus(p)]
+        live = [p for p in core.list_namespaced_pod(ns, label_selector=pod_manifests.LABEL_JOB).items if holds_gpus(p)]
         samples.append(sum(pod_gpus(p) for p in live))
         assert samples[-1] <= 16, [(p.metadata.name, pod_gpus(p), p.status.phase) for p in live]
 
@@ -505,12 +513,12 @@ def test_unschedulable_trial_all_or_nothing(bed, ns, tiny_pool, monkeypatch):
     """A 16-GPU trial needs 2 pods, the pool has one 8-GPU node: rank 0 is scheduled (and its process
     starts), rank 1 never is. After scheduleTimeoutSeconds the trial is Unschedulable and all its pods
     are deleted, the scheduled one included; it counts as a failed trial."""
-    from rltune import settings as S
+    from rltune import settings
 
-    s = S.current()  # the admin lets jobs tolerate the test pool's taint (podSecurity.allowedTolerationKeys)
+    s = settings.current()  # the admin lets jobs tolerate the test pool's taint (podSecurity.allowedTolerationKeys)
     keys = [*s.pod_security.allowed_toleration_keys, "rltune.io/test-pool"]
     bounds = s.pod_security.model_copy(update={"allowed_toleration_keys": keys})
-    monkeypatch.setattr(S, "_current", s.model_copy(update={"pod_security": bounds}))
+    monkeypatch.setattr(settings, "_current", s.model_copy(update={"pod_security": bounds}))
     doc = job_doc(bed, maxTrials=2, parallelTrials=1, maxFailedTrials=1, scheduleTimeoutSeconds=5)
     s = doc["spec"]
     s["resources"]["nodeSelector"] = {"rltune.io/pool": tiny_pool}
@@ -532,17 +540,17 @@ def test_unschedulable_trial_all_or_nothing(bed, ns, tiny_pool, monkeypatch):
     assert "Insufficient nvidia.com/gpu" in t1["reason"] or "didn't match" in t1["reason"], t1["reason"]
     assert conditions(st)["Failed"]["reason"] == "TooManyFailedTrials"
     # what the cluster saw: rank 0 bound to the pool's node, rank 1 never bound
-    r0, r1 = ledger.pods[P.pod_name("tune", "t1", 0)], ledger.pods[P.pod_name("tune", "t1", 1)]
+    r0, r1 = ledger.pods[pod_manifests.pod_name("tune", "t1", 0)], ledger.pods[pod_manifests.pod_name("tune", "t1", 1)]
     assert r0.spec.node_name == f"{tiny_pool}-0"
     assert not r1.spec.node_name
     # all or nothing: both pods and the trial's headless Service are gone
     core = bed.core()
     for rank in (0, 1):
-        bedlib.wait_pod_gone(core, ns, P.pod_name("tune", "t1", rank), timeout=30)
+        bedlib.wait_pod_gone(core, ns, pod_manifests.pod_name("tune", "t1", rank), timeout=30)
     from kubernetes.client.rest import ApiException
 
     with pytest.raises(ApiException) as e:
-        core.read_namespaced_service(P.service_name("tune", "t1"), ns)
+        core.read_namespaced_service(pod_manifests.service_name("tune", "t1"), ns)
     assert e.value.status == 404
 
 
@@ -653,8 +661,8 @@ def test_a_healthy_winner_is_confirmed_at_the_interim_look(bed, ns):
     assert c["summary"]["steps"] == 5 and c["summary"]["total_steps"] == 6, c["summary"]  # scored at the look
     assert st["best"]["confirmed"] and conditions(st)["Complete"]["reason"] == "Improved"
     core = bed.core()
-    for rank in range(P.ranks_for(c["gpus"], s["resources"]["gpusPerNode"])):
-        bedlib.wait_pod_gone(core, ns, P.pod_name("tune", c["id"], rank), timeout=30)
+    for rank in range(pod_manifests.ranks_for(c["gpus"], s["resources"]["gpusPerNode"])):
+        bedlib.wait_pod_gone(core, ns, pod_manifests.pod_name("tune", c["id"], rank), timeout=30)
 
 
 def test_promql_scoring_from_real_prometheus(bed, ns):
@@ -750,7 +758,7 @@ def test_a_cheaper_pool_is_measured_on_its_own_nodes(bed, ns, h200_pool):
     assert tc["poolTrialGpuHours"] == pytest.approx(gpu_hours(pool[0]), abs=1e-3) and tc["poolTrialGpuHours"] > 0
     # the H200 hours at 0.5 per GPU-hour count as 0.5/6 of as many hours here
     assert tc["trialGpuHours"] == pytest.approx(here + gpu_hours(pool[0]) * 0.5 / 6.0, abs=2e-3), tc
-    pods = [p for n, p in ledger.pods.items() if n.startswith(P.pod_name("tune", pool[0]["id"], 0)[:-1])]
+    pods = [p for n, p in ledger.pods.items() if n.startswith(pod_manifests.pod_name("tune", pool[0]["id"], 0)[:-1])]
     assert pods and all(p.spec.node_name and p.spec.node_name.startswith(h200_pool) for p in pods), [
         (p.metadata.name, p.spec.node_name) for p in pods
     ]

@@ -22,7 +22,7 @@ from kubernetes.client.rest import ApiException
 import bed as bedlib
 from demo import wait_crd_established  # hack/demo.py
 from rltune.api.crdgen import GROUP, PLURAL, VERSION
-from rltune.controller import rayjob as RJ
+from rltune.controller import rayjob as trial_rayjobs
 from rltune.controller.kube import KubeCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +142,11 @@ def test_teardown_deletes_only_what_the_job_owns(crd, namespace, core):
     if ray:
         for name, owner in (("web-baseline", theirs), ("web-baseline-mine", mine)):
             custom.create_namespaced_custom_object(
-                RJ.GROUP, RJ.VERSION, namespace, RJ.PLURAL, rayjob(name, "baseline", owner)
+                trial_rayjobs.GROUP,
+                trial_rayjobs.VERSION,
+                namespace,
+                trial_rayjobs.PLURAL,
+                rayjob(name, "baseline", owner),
             )
 
     cluster.delete_trial(namespace, "web", "baseline", uid)
@@ -156,7 +160,9 @@ def test_teardown_deletes_only_what_the_job_owns(crd, namespace, core):
     if ray:
 
         def get(name):
-            return lambda: custom.get_namespaced_custom_object(RJ.GROUP, RJ.VERSION, namespace, RJ.PLURAL, name)
+            return lambda: custom.get_namespaced_custom_object(
+                trial_rayjobs.GROUP, trial_rayjobs.VERSION, namespace, trial_rayjobs.PLURAL, name
+            )
 
         assert alive(get("web-baseline"))
         assert not alive(get("web-baseline-mine"))
@@ -169,16 +175,17 @@ def test_teardown_deletes_only_what_the_job_owns(crd, namespace, core):
     assert not alive(lambda: core.read_namespaced_service("web-t1", namespace))
     # leave no RayJob behind for the namespace's deletion (KubeRay's finalizer needs its operator)
     if ray:
-        custom.delete_namespaced_custom_object(RJ.GROUP, RJ.VERSION, namespace, RJ.PLURAL, "web-baseline")
+        custom.delete_namespaced_custom_object(
+            trial_rayjobs.GROUP, trial_rayjobs.VERSION, namespace, trial_rayjobs.PLURAL, "web-baseline"
+        )
     custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "web")
 
 
 def test_the_old_teardown_would_have_deleted_the_foreign_service():
     """What this guards against, without a cluster: the names rltune gives a trial's objects are the
     names another workload may already use."""
-    from rltune.controller import netpol as NP
-    from rltune.controller import pods as P
+    from rltune.controller import netpol, pods
 
-    assert P.service_name("web", "baseline") == "web-baseline" == RJ.rayjob_name("web", "baseline")
-    assert NP.policy_name("web", "baseline") == "web-baseline"
-    assert copy.deepcopy(labels("baseline")) == NP.trial_selector("web", "baseline")
+    assert pods.service_name("web", "baseline") == "web-baseline" == trial_rayjobs.rayjob_name("web", "baseline")
+    assert netpol.policy_name("web", "baseline") == "web-baseline"
+    assert copy.deepcopy(labels("baseline")) == netpol.trial_selector("web", "baseline")

@@ -12,7 +12,7 @@ import uuid
 import pytest
 import yaml
 
-import bed as b
+import bed as bedlib
 from bed import testbed
 
 
@@ -216,12 +216,12 @@ def _gpu_pool(core, pool="b300"):
 
 def test_gpu_pod_scheduled_on_b300_node(bed, core, namespace):
     _gpu_pool(core)
-    core.create_namespaced_pod(namespace, b.gpu_pod("gpu8", 8))
-    pod = b.wait_pod(core, namespace, "gpu8", phases=("Running",), timeout=30)
+    core.create_namespaced_pod(namespace, bedlib.gpu_pod("gpu8", 8))
+    pod = bedlib.wait_pod(core, namespace, "gpu8", phases=("Running",), timeout=30)
     node = core.read_node(pod.spec.node_name)
     assert node.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-B300-SXM6-AC"
     assert node.status.allocatable["nvidia.com/gpu"] == "8"
-    assert b.pod_condition(pod, "PodScheduled").status == "True"
+    assert bedlib.pod_condition(pod, "PodScheduled").status == "True"
 
     # the apiserver's audit log records the pod creation (Metadata level)
     def audited():
@@ -236,20 +236,20 @@ def test_gpu_pod_scheduled_on_b300_node(bed, core, namespace):
             ):
                 return ev
 
-    ev = b.wait_for(audited, 10, what="audit event")
+    ev = bedlib.wait_for(audited, 10, what="audit event")
     assert ev["level"] == "Metadata" and ev["responseStatus"]["code"] == 201
 
 
 def test_pod_asking_9_gpus_stays_pending(bed, core, namespace):
     _gpu_pool(core)
-    core.create_namespaced_pod(namespace, b.gpu_pod("gpu9", 9))
+    core.create_namespaced_pod(namespace, bedlib.gpu_pod("gpu9", 9))
 
     def unschedulable():
         p = core.read_namespaced_pod("gpu9", namespace)
-        c = b.pod_condition(p, "PodScheduled")
+        c = bedlib.pod_condition(p, "PodScheduled")
         return c if c is not None and c.status == "False" else None
 
-    cond = b.wait_for(unschedulable, 30, what="PodScheduled=False")
+    cond = bedlib.wait_for(unschedulable, 30, what="PodScheduled=False")
     assert cond.reason == "Unschedulable"
     assert "Insufficient nvidia.com/gpu" in cond.message
     assert core.read_namespaced_pod("gpu9", namespace).status.phase == "Pending"
@@ -271,15 +271,15 @@ def test_eight_pods_fill_the_pool_and_ninth_pends(bed, core, namespace):
     assert len(nodes) == 8
     pool = "b300"
     try:  # the default pool, once other tests' / demos' GPU pods have left it
-        b.wait_for(lambda: not _busy_gpu_nodes(core, pool), 20, what="b300 pool free")
+        bedlib.wait_for(lambda: not _busy_gpu_nodes(core, pool), 20, what="b300 pool free")
     except TimeoutError:
         # someone (a demo, another test) holds GPUs there: use a fresh pool of the same shape
-        pool = b.unique("fill")
-        b.create_pool(core, pool, "B300", nodes=8, gpus_per_node=8)
+        pool = bedlib.unique("fill")
+        bedlib.create_pool(core, pool, "B300", nodes=8, gpus_per_node=8)
     sel = {"rltune.io/pool": pool}
     try:
         for i in range(9):
-            core.create_namespaced_pod(namespace, b.gpu_pod(f"fill-{i}", 8, node_selector=sel))
+            core.create_namespaced_pod(namespace, bedlib.gpu_pod(f"fill-{i}", 8, node_selector=sel))
 
         def settled():
             pods = core.list_namespaced_pod(namespace).items
@@ -287,22 +287,22 @@ def test_eight_pods_fill_the_pool_and_ninth_pends(bed, core, namespace):
             pending = [
                 p
                 for p in pods
-                if not p.spec.node_name and getattr(b.pod_condition(p, "PodScheduled"), "status", None) == "False"
+                if not p.spec.node_name and getattr(bedlib.pod_condition(p, "PodScheduled"), "status", None) == "False"
             ]
             return (bound, pending) if len(bound) == 8 and len(pending) == 1 else None
 
-        bound, pending = b.wait_for(settled, 60, what="8 bound + 1 unschedulable")
+        bound, pending = bedlib.wait_for(settled, 60, what="8 bound + 1 unschedulable")
         assert len({p.spec.node_name for p in bound}) == 8  # one per node: 8 GPUs each
-        assert "Insufficient nvidia.com/gpu" in b.pod_condition(pending[0], "PodScheduled").message
+        assert "Insufficient nvidia.com/gpu" in bedlib.pod_condition(pending[0], "PodScheduled").message
     finally:
         if pool != "b300":
             core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-            b.delete_pool(core, pool)
+            bedlib.delete_pool(core, pool)
 
 
 def test_h200_pool_of_16_nodes_can_be_created(bed, core, namespace):
-    pool = b.unique("h200")
-    names = b.create_pool(core, pool, "H200", nodes=16, gpus_per_node=8, cpu="192", memory="2Ti")
+    pool = bedlib.unique("h200")
+    names = bedlib.create_pool(core, pool, "H200", nodes=16, gpus_per_node=8, cpu="192", memory="2Ti")
     try:
         assert len(names) == 16
         nodes = core.list_node(label_selector=f"rltune.io/pool={pool}").items
@@ -312,13 +312,15 @@ def test_h200_pool_of_16_nodes_can_be_created(bed, core, namespace):
         assert {n.metadata.labels["nvidia.com/gpu.memory"] for n in nodes} == {h200["nvidia.com/gpu.memory"]}
         core.create_namespaced_pod(
             namespace,
-            b.gpu_pod("h200pod", 8, product=h200["nvidia.com/gpu.product"], node_selector={"rltune.io/pool": pool}),
+            bedlib.gpu_pod(
+                "h200pod", 8, product=h200["nvidia.com/gpu.product"], node_selector={"rltune.io/pool": pool}
+            ),
         )
-        pod = b.wait_pod(core, namespace, "h200pod", phases=("Running",), timeout=30)
+        pod = bedlib.wait_pod(core, namespace, "h200pod", phases=("Running",), timeout=30)
         assert pod.spec.node_name.startswith(pool)
     finally:
         core.delete_collection_namespaced_pod(namespace, grace_period_seconds=0)
-        b.delete_pool(core, pool)
+        bedlib.delete_pool(core, pool)
 
 
 # ----------------------------------------------------------------------------- pod runner
@@ -329,9 +331,9 @@ def test_mapped_pod_runs_locally_and_succeeds(bed, core, namespace):
         " print('pushgateway', os.environ['RLTUNE_PUSHGATEWAY_URL'])"
     )
     core.create_namespaced_pod(
-        namespace, b.python_pod("ok", code, env=[{"name": "GREETING", "value": "hi-$(POD_NAME)"}])
+        namespace, bedlib.python_pod("ok", code, env=[{"name": "GREETING", "value": "hi-$(POD_NAME)"}])
     )
-    pod = b.wait_pod(core, namespace, "ok", timeout=60)
+    pod = bedlib.wait_pod(core, namespace, "ok", timeout=60)
     assert pod.status.phase == "Succeeded", pod.status
     cs = pod.status.container_statuses[0]
     assert cs.state.terminated.exit_code == 0 and cs.state.terminated.reason == "Completed"
@@ -340,7 +342,7 @@ def test_mapped_pod_runs_locally_and_succeeds(bed, core, namespace):
     assert str(bed.repo / ".venv") in out or "python" in out
     assert pod.status.pod_ip.startswith("127.")
     # kubectl logs: apiserver -> kwok's kubelet endpoint -> the CRI copy of the pod's output
-    logs = b.wait_for(
+    logs = bedlib.wait_for(
         lambda: core.read_namespaced_pod_log("ok", namespace, container="trial"), 10, what="pod logs via the API"
     )
     assert logs.splitlines()[0].startswith(f"hello from ok {namespace}")
@@ -348,8 +350,8 @@ def test_mapped_pod_runs_locally_and_succeeds(bed, core, namespace):
 
 @pytest.mark.parametrize("exit_code,reason", [(3, "Error"), (137, "OOMKilled")])
 def test_mapped_pod_failure_reports_exit_code(bed, core, namespace, exit_code, reason):
-    core.create_namespaced_pod(namespace, b.python_pod("fail", f"import sys; sys.exit({exit_code})"))
-    pod = b.wait_pod(core, namespace, "fail", timeout=60)
+    core.create_namespaced_pod(namespace, bedlib.python_pod("fail", f"import sys; sys.exit({exit_code})"))
+    pod = bedlib.wait_pod(core, namespace, "fail", timeout=60)
     assert pod.status.phase == "Failed"
     term = pod.status.container_statuses[0].state.terminated
     assert term.exit_code == exit_code and term.reason == reason
@@ -358,15 +360,15 @@ def test_mapped_pod_failure_reports_exit_code(bed, core, namespace, exit_code, r
 def test_deleting_a_running_pod_kills_its_process(bed, core, namespace):
     marker = f"rltune-sleep-{uuid.uuid4().hex[:8]}"
     core.create_namespaced_pod(
-        namespace, b.python_pod("sleeper", f"import time  # {marker}\ntime.sleep(600)", grace=10)
+        namespace, bedlib.python_pod("sleeper", f"import time  # {marker}\ntime.sleep(600)", grace=10)
     )
-    pod = b.wait_pod(core, namespace, "sleeper", phases=("Running",), timeout=30)
-    pids = b.wait_for(lambda: b.pids_with_cmdline(marker), 30, what="process started")
-    assert b.pod_pids(pod.metadata.uid)
+    pod = bedlib.wait_pod(core, namespace, "sleeper", phases=("Running",), timeout=30)
+    pids = bedlib.wait_for(lambda: bedlib.pids_with_cmdline(marker), 30, what="process started")
+    assert bedlib.pod_pids(pod.metadata.uid)
     core.delete_namespaced_pod("sleeper", namespace)  # graceful (10 s); SIGTERM ends python
-    b.wait_pod_gone(core, namespace, "sleeper", timeout=20)
-    b.wait_for(lambda: not b.pids_with_cmdline(marker), 10, what="process gone")
-    assert not b.pod_pids(pod.metadata.uid)
+    bedlib.wait_pod_gone(core, namespace, "sleeper", timeout=20)
+    bedlib.wait_for(lambda: not bedlib.pids_with_cmdline(marker), 10, what="process gone")
+    assert not bedlib.pod_pids(pod.metadata.uid)
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}") or "Z" in open(f"/proc/{pid}/stat").read().split()[2]
 
@@ -377,31 +379,35 @@ def test_sigterm_ignoring_process_is_killed_after_grace(bed, core, namespace):
         f"import signal, time  # {marker}\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "print('ready', flush=True)\ntime.sleep(600)"
     )
-    core.create_namespaced_pod(namespace, b.python_pod("stubborn", code, grace=2))
-    b.wait_pod(core, namespace, "stubborn", phases=("Running",), timeout=30)
-    b.wait_for(lambda: "\nready\n" in bed.pod_log(namespace, "stubborn"), 30, what="process ready (SIGTERM ignored)")
+    core.create_namespaced_pod(namespace, bedlib.python_pod("stubborn", code, grace=2))
+    bedlib.wait_pod(core, namespace, "stubborn", phases=("Running",), timeout=30)
+    bedlib.wait_for(
+        lambda: "\nready\n" in bed.pod_log(namespace, "stubborn"), 30, what="process ready (SIGTERM ignored)"
+    )
     t0 = time.time()
     core.delete_namespaced_pod("stubborn", namespace)
-    b.wait_pod_gone(core, namespace, "stubborn", timeout=20)
+    bedlib.wait_pod_gone(core, namespace, "stubborn", timeout=20)
     assert time.time() - t0 >= 1.5  # it waited for the grace period before SIGKILL
-    b.wait_for(lambda: not b.pids_with_cmdline(marker), 10, what="process gone")
+    bedlib.wait_for(lambda: not bedlib.pids_with_cmdline(marker), 10, what="process gone")
 
 
 def test_runner_restart_readopts_without_duplicates(bed, core, namespace):
     marker = f"rltune-readopt-{uuid.uuid4().hex[:8]}"
     flag = bed.state_dir / f"{marker}.go"
     code = f"import os, time  # {marker}\nwhile not os.path.exists({str(flag)!r}): time.sleep(0.1)\nprint('released')"
-    core.create_namespaced_pod(namespace, b.python_pod("readopt", code))
-    b.wait_pod(core, namespace, "readopt", phases=("Running",), timeout=30)
-    b.wait_for(lambda: b.pids_with_cmdline(marker), 30, what="process started")
+    core.create_namespaced_pod(namespace, bedlib.python_pod("readopt", code))
+    bedlib.wait_pod(core, namespace, "readopt", phases=("Running",), timeout=30)
+    bedlib.wait_for(lambda: bedlib.pids_with_cmdline(marker), 30, what="process started")
     testbed.stop_process("podrunner")
     argv = testbed.component_argv(testbed.bin_dir(build=False))["podrunner"]
     testbed.start_process("podrunner", argv)
     time.sleep(2)  # the new runner lists pods and re-adopts
-    assert len([p for p in b.pids_with_cmdline(marker) if "rltune-pod" not in open(f"/proc/{p}/cmdline").read()]) == 1
+    assert (
+        len([p for p in bedlib.pids_with_cmdline(marker) if "rltune-pod" not in open(f"/proc/{p}/cmdline").read()]) == 1
+    )
     flag.write_text("go")
     try:
-        pod = b.wait_pod(core, namespace, "readopt", timeout=30)
+        pod = bedlib.wait_pod(core, namespace, "readopt", timeout=30)
         assert pod.status.phase == "Succeeded"
         assert "released" in bed.pod_log(namespace, "readopt")
     finally:
@@ -410,39 +416,39 @@ def test_runner_restart_readopts_without_duplicates(bed, core, namespace):
 
 def test_owner_deletion_garbage_collects_pods(bed, core, namespace):
     owner = core.create_namespaced_config_map(namespace, {"metadata": {"name": "owner"}, "data": {"k": "v"}})
-    ref = b.owner_ref(owner, "ConfigMap")
+    ref = bedlib.owner_ref(owner, "ConfigMap")
     marker = f"rltune-gc-{uuid.uuid4().hex[:8]}"
     core.create_namespaced_pod(
-        namespace, b.python_pod("child-mapped", f"import time  # {marker}\ntime.sleep(600)", owner=ref)
+        namespace, bedlib.python_pod("child-mapped", f"import time  # {marker}\ntime.sleep(600)", owner=ref)
     )
     plain = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": "child-plain", "ownerReferences": [dict(ref, controller=False)]},
-        "spec": {"containers": [{"name": "c", "image": b.PAUSE_IMAGE}], "terminationGracePeriodSeconds": 1},
+        "spec": {"containers": [{"name": "c", "image": bedlib.PAUSE_IMAGE}], "terminationGracePeriodSeconds": 1},
     }
     core.create_namespaced_pod(namespace, plain)
-    b.wait_pod(core, namespace, "child-mapped", phases=("Running",), timeout=30)
-    b.wait_pod(core, namespace, "child-plain", phases=("Running",), timeout=30)
-    b.wait_for(lambda: b.pids_with_cmdline(marker), 30, what="process started")
+    bedlib.wait_pod(core, namespace, "child-mapped", phases=("Running",), timeout=30)
+    bedlib.wait_pod(core, namespace, "child-plain", phases=("Running",), timeout=30)
+    bedlib.wait_for(lambda: bedlib.pids_with_cmdline(marker), 30, what="process started")
     core.delete_namespaced_config_map("owner", namespace)  # background propagation
-    b.wait_pod_gone(core, namespace, "child-plain", timeout=30)
-    b.wait_pod_gone(core, namespace, "child-mapped", timeout=30)
-    b.wait_for(lambda: not b.pids_with_cmdline(marker), 10, what="process gone")
+    bedlib.wait_pod_gone(core, namespace, "child-plain", timeout=30)
+    bedlib.wait_pod_gone(core, namespace, "child-mapped", timeout=30)
+    bedlib.wait_for(lambda: not bedlib.pids_with_cmdline(marker), 10, what="process gone")
 
 
 # ----------------------------------------------------------------------------- prometheus
 def test_pushed_value_is_queryable_in_prometheus(bed):
-    job = b.unique("testbed-probe")
+    job = bedlib.unique("testbed-probe")
     value = 1234.5 + (uuid.uuid4().int % 1000)
-    b.push_metric(
+    bedlib.push_metric(
         bed.pushgateway_url,
         job,
         f'# TYPE rltune_testbed_probe gauge\nrltune_testbed_probe{{trial="t1"}} {value}\n',
         instance="x",
     )
-    res = b.wait_for(
-        lambda: b.prom_query(bed.prometheus_url, f'rltune_testbed_probe{{job="{job}"}}'),
+    res = bedlib.wait_for(
+        lambda: bedlib.prom_query(bed.prometheus_url, f'rltune_testbed_probe{{job="{job}"}}'),
         30,
         interval=0.5,
         what="metric in Prometheus",
@@ -466,16 +472,18 @@ def test_pod_metrics_scraped_via_file_sd(bed, core, namespace):
     )
     core.create_namespaced_pod(
         namespace,
-        b.python_pod(
+        bedlib.python_pod(
             "exporter",
             code,
             labels={"rltune.io/trial": "t7"},
             annotations={"prometheus.io/scrape": "true", "prometheus.io/port": "9400"},
         ),
     )
-    b.wait_pod(core, namespace, "exporter", phases=("Running",), timeout=30)
-    res = b.wait_for(
-        lambda: b.prom_query(bed.prometheus_url, f'rltune_testbed_pod_up{{namespace="{namespace}",pod="exporter"}}'),
+    bedlib.wait_pod(core, namespace, "exporter", phases=("Running",), timeout=30)
+    res = bedlib.wait_for(
+        lambda: bedlib.prom_query(
+            bed.prometheus_url, f'rltune_testbed_pod_up{{namespace="{namespace}",pod="exporter"}}'
+        ),
         30,
         interval=0.5,
         what="pod metric scraped",
@@ -510,9 +518,9 @@ def test_pod_gets_its_service_account_volumes_and_names(bed, core, namespace):
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "settings"}, "data": {"a.yaml": "x: 1\n"}})
     # a Service with a ready endpoint whose name the pod must resolve
     core.create_namespaced_pod(
-        namespace, b.python_pod("server", "import time; time.sleep(120)", labels={"app": "server"})
+        namespace, bedlib.python_pod("server", "import time; time.sleep(120)", labels={"app": "server"})
     )
-    server = b.wait_pod(core, namespace, "server", phases=("Running",), timeout=30)
+    server = bedlib.wait_pod(core, namespace, "server", phases=("Running",), timeout=30)
     core.create_namespaced_service(
         namespace, {"metadata": {"name": "web"}, "spec": {"selector": {"app": "server"}, "ports": [{"port": 8080}]}}
     )
@@ -535,14 +543,14 @@ def test_pod_gets_its_service_account_volumes_and_names(bed, core, namespace):
         "print('file', open('/etc/settings/a.yaml').read().strip())\n"
         "print('web', socket.gethostbyname('web.' + os.environ['POD_NAMESPACE'] + '.svc'))\n"
     )
-    pod = b.python_pod("client", code)
+    pod = bedlib.python_pod("client", code)
     pod["spec"]["serviceAccountName"] = "reader"
     pod["spec"]["volumes"] = [{"name": "settings", "configMap": {"name": "settings"}}]
     pod["spec"]["containers"][0]["volumeMounts"] = [
         {"name": "settings", "mountPath": "/etc/settings", "readOnly": True}
     ]
     core.create_namespaced_pod(namespace, pod)
-    done = b.wait_pod(core, namespace, "client", timeout=60)
+    done = bedlib.wait_pod(core, namespace, "client", timeout=60)
     out = bed.pod_log(namespace, "client")
     assert done.status.phase == "Succeeded", out
     assert "configmaps" in out and "'settings'" in out
@@ -552,7 +560,8 @@ def test_pod_gets_its_service_account_volumes_and_names(bed, core, namespace):
     assert f"web {server.status.pod_ip}" in out
     # the token was requested for this pod (TokenRequest bound to it), not taken from a Secret
     assert any(
-        ref.get("subresource") == "token" and ref.get("name") == "reader" for _, ref in b.audit_events(bed, namespace)
+        ref.get("subresource") == "token" and ref.get("name") == "reader"
+        for _, ref in bedlib.audit_events(bed, namespace)
     )
 
 
@@ -585,7 +594,7 @@ def test_a_probed_pod_is_ready_only_once_its_readiness_probe_passes(bed, core, n
     passes, not Ready again after failureThreshold failures, and a Service resolves to it only while
     it is Ready (KubeRay waits for a Ready head before it submits a job)."""
     port, flag = _free_port(), str(bed.state_dir / f"probe-{uuid.uuid4().hex[:8]}.bad")
-    pod = b.python_pod("probed", _probe_server(port, flag), labels={"app": "probed"})
+    pod = bedlib.python_pod("probed", _probe_server(port, flag), labels={"app": "probed"})
     c = pod["spec"]["containers"][0]
     c["ports"] = [{"name": "health", "containerPort": port}]
     c["readinessProbe"] = {"httpGet": {"path": "/healthz", "port": "health"}, "periodSeconds": 1, "failureThreshold": 2}
@@ -593,43 +602,43 @@ def test_a_probed_pod_is_ready_only_once_its_readiness_probe_passes(bed, core, n
         namespace, {"metadata": {"name": "probed"}, "spec": {"selector": {"app": "probed"}, "ports": [{"port": port}]}}
     )
     core.create_namespaced_pod(namespace, pod)
-    running = b.wait_pod(core, namespace, "probed", phases=("Running",), timeout=30)
-    assert b.pod_condition(running, "Ready").status == "False", running.status
-    assert b.pod_condition(running, "Initialized").status == "True"
+    running = bedlib.wait_pod(core, namespace, "probed", phases=("Running",), timeout=30)
+    assert bedlib.pod_condition(running, "Ready").status == "False", running.status
+    assert bedlib.pod_condition(running, "Initialized").status == "True"
     assert running.status.container_statuses[0].ready is False
     name = f"probed.{namespace}.svc"
     assert name not in (bed.state_dir / "hosts").read_text()  # no ready endpoint yet
 
     def ready() -> bool:
         p = core.read_namespaced_pod("probed", namespace)
-        return b.pod_condition(p, "Ready").status == "True" and p.status.container_statuses[0].ready
+        return bedlib.pod_condition(p, "Ready").status == "True" and p.status.container_statuses[0].ready
 
-    b.wait_for(ready, 30, what="Ready after the probe passed")
+    bedlib.wait_for(ready, 30, what="Ready after the probe passed")
     assert "listening" in bed.pod_log(namespace, "probed")  # not before its server listened
-    b.wait_for(lambda: name in (bed.state_dir / "hosts").read_text(), 10, what="Service resolves once Ready")
+    bedlib.wait_for(lambda: name in (bed.state_dir / "hosts").read_text(), 10, what="Service resolves once Ready")
     open(flag, "w").close()  # the server now answers 503
-    b.wait_for(lambda: not ready(), 20, what="not Ready after failureThreshold failures")
+    bedlib.wait_for(lambda: not ready(), 20, what="not Ready after failureThreshold failures")
     p = core.read_namespaced_pod("probed", namespace)
     assert p.status.phase == "Running" and p.status.container_statuses[0].state.running is not None
-    b.wait_for(lambda: name not in (bed.state_dir / "hosts").read_text(), 10, what="Service drops the endpoint")
+    bedlib.wait_for(lambda: name not in (bed.state_dir / "hosts").read_text(), 10, what="Service drops the endpoint")
     os.unlink(flag)
-    b.wait_for(ready, 20, what="Ready again")
+    bedlib.wait_for(ready, 20, what="Ready again")
 
 
 def test_an_exec_probe_sees_the_pods_own_localhost(bed, core, namespace):
     """KubeRay injects exec probes that `wget http://localhost:<port>/...`: for a Ray image (its
     servers bind the pod IP, hack/podnet) the probe's localhost is the pod IP, as in a pod."""
     port = _free_port()
-    pod = b.python_pod("rayish", _probe_server(port, "/nonexistent"))
+    pod = bedlib.python_pod("rayish", _probe_server(port, "/nonexistent"))
     c = pod["spec"]["containers"][0]
     c["image"] = "rayproject/ray:2.55.0"
     cmd = f"wget --tries 1 -T 2 -q -O- http://localhost:{port}/healthz | grep success"
     c["readinessProbe"] = {"exec": {"command": ["bash", "-c", cmd]}, "periodSeconds": 1}
     core.create_namespaced_pod(namespace, pod)
-    running = b.wait_pod(core, namespace, "rayish", phases=("Running",), timeout=30)
-    assert b.pod_condition(running, "Ready").status == "False"
-    b.wait_for(
-        lambda: b.pod_condition(core.read_namespaced_pod("rayish", namespace), "Ready").status == "True",
+    running = bedlib.wait_pod(core, namespace, "rayish", phases=("Running",), timeout=30)
+    assert bedlib.pod_condition(running, "Ready").status == "False"
+    bedlib.wait_for(
+        lambda: bedlib.pod_condition(core.read_namespaced_pod("rayish", namespace), "Ready").status == "True",
         30,
         what="Ready through the exec probe",
     )
@@ -644,7 +653,7 @@ def test_a_failing_liveness_probe_restarts_the_container(bed, core, namespace):
     """failureThreshold liveness failures in a row: the container is killed (events Unhealthy and
     Killing, lastState terminated with reason Error) and restarts as restartPolicy Always says."""
     port, flag = _free_port(), str(bed.state_dir / f"live-{uuid.uuid4().hex[:8]}.bad")
-    pod = b.python_pod("live", _probe_server(port, flag), restart_policy="Always", grace=2)
+    pod = bedlib.python_pod("live", _probe_server(port, flag), restart_policy="Always", grace=2)
     pod["spec"]["containers"][0]["livenessProbe"] = {
         "httpGet": {"path": "/healthz", "port": port},
         "initialDelaySeconds": 5,
@@ -652,8 +661,8 @@ def test_a_failing_liveness_probe_restarts_the_container(bed, core, namespace):
         "failureThreshold": 2,
     }
     core.create_namespaced_pod(namespace, pod)
-    b.wait_pod(core, namespace, "live", phases=("Running",), timeout=30)
-    b.wait_for(lambda: "listening" in bed.pod_log(namespace, "live"), 30, what="server listening")
+    bedlib.wait_pod(core, namespace, "live", phases=("Running",), timeout=30)
+    bedlib.wait_for(lambda: "listening" in bed.pod_log(namespace, "live"), 30, what="server listening")
     time.sleep(4)  # alive and answering: the probe passes, nothing restarts
     assert core.read_namespaced_pod("live", namespace).status.container_statuses[0].restart_count == 0
     open(flag, "w").close()  # /healthz now answers 503
@@ -662,14 +671,14 @@ def test_a_failing_liveness_probe_restarts_the_container(bed, core, namespace):
         cs = core.read_namespaced_pod("live", namespace).status.container_statuses[0]
         return cs if cs.restart_count >= 1 else None
 
-    cs = b.wait_for(restarted, 30, what="restarted after its liveness probe failed")
+    cs = bedlib.wait_for(restarted, 30, what="restarted after its liveness probe failed")
     os.unlink(flag)
     term = cs.last_state.terminated
     assert term is not None and term.reason == "Error" and term.exit_code != 0, cs
     reasons = {e.reason for e in core.list_namespaced_event(namespace, field_selector="involvedObject.name=live").items}
     assert {"Unhealthy", "Killing"} <= reasons, reasons
     assert "failed its liveness probe: killed" in bed.pod_log(namespace, "live")
-    b.wait_for(
+    bedlib.wait_for(
         lambda: core.read_namespaced_pod("live", namespace).status.container_statuses[0].state.running is not None,
         60,
         what="running again",
@@ -682,7 +691,7 @@ def test_a_startup_probe_holds_readiness_and_liveness_until_it_passes(bed, core,
     readiness probe passes too."""
     flag = str(bed.state_dir / f"started-{uuid.uuid4().hex[:8]}")
     ready_flag = flag + ".ready"
-    pod = b.python_pod("slowstart", "import time; time.sleep(300)")
+    pod = bedlib.python_pod("slowstart", "import time; time.sleep(300)")
     check = {"exec": {"command": ["test", "-f", flag]}, "periodSeconds": 1}
     pod["spec"]["containers"][0]["startupProbe"] = check | {"failureThreshold": 60}
     pod["spec"]["containers"][0]["livenessProbe"] = check | {"failureThreshold": 1}
@@ -691,22 +700,22 @@ def test_a_startup_probe_holds_readiness_and_liveness_until_it_passes(bed, core,
         "periodSeconds": 1,
     }
     core.create_namespaced_pod(namespace, pod)
-    b.wait_pod(core, namespace, "slowstart", phases=("Running",), timeout=30)
+    bedlib.wait_pod(core, namespace, "slowstart", phases=("Running",), timeout=30)
     time.sleep(4)  # the liveness probe would have killed it by now if it ran
     p = core.read_namespaced_pod("slowstart", namespace)
     cs = p.status.container_statuses[0]
-    assert cs.restart_count == 0 and cs.ready is False and b.pod_condition(p, "Ready").status == "False", p.status
+    assert cs.restart_count == 0 and cs.ready is False and bedlib.pod_condition(p, "Ready").status == "False", p.status
     assert cs.started is False  # as a kubelet reports it until the startup probe passed
     open(flag, "w").close()
-    cs = b.wait_for(
+    cs = bedlib.wait_for(
         lambda: (s := core.read_namespaced_pod("slowstart", namespace).status.container_statuses[0]).started and s,
         20,
         what="started once the startup probe passed",
     )
     assert cs.ready is False  # its readiness probe has not passed yet
     open(ready_flag, "w").close()
-    b.wait_for(
-        lambda: b.pod_condition(core.read_namespaced_pod("slowstart", namespace), "Ready").status == "True",
+    bedlib.wait_for(
+        lambda: bedlib.pod_condition(core.read_namespaced_pod("slowstart", namespace), "Ready").status == "True",
         20,
         what="Ready once the readiness probe passed too",
     )

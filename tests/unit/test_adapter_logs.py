@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from rltune.adapters import logs as L
+from rltune.adapters import logs
 from rltune.api.metrics import PHASES
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "logs"
@@ -100,7 +100,7 @@ def test_verl_fixture_lines_are_what_verl_prints(verl_console):
     lines = _verl_step_lines()
     assert len(lines) == 6
     for line in lines:
-        body = L.clean_line(line)
+        body = logs.clean_line(line)
         m = re.match(r"step:(\d+) - (.*)$", body)
         data = {}
         for part in m.group(2).split(" - "):
@@ -114,7 +114,7 @@ def test_openrlhf_fixture_lines_are_what_openrlhf_prints(orlhf_logging):
     lines = [ln for ln in ORLHF_LOG.read_text().splitlines() if "Global step" in ln and not ln.startswith("#")]
     assert len(lines) == 6
     for line in lines:
-        body = L.clean_line(line)
+        body = logs.clean_line(line)
         m = re.match(r"INFO (\d\d-\d\d \d\d:\d\d:\d\d) (\S+):(\d+)\] (✨ Global step (\d+): (\{.*\}))$", body)
         assert m, body
         status = ast.literal_eval(m.group(6))
@@ -126,10 +126,10 @@ def test_openrlhf_fixture_lines_are_what_openrlhf_prints(orlhf_logging):
 
 # ---------------------------------------------------------------------------------------------- verl
 def test_verl_fixture_parses_to_contract_records():
-    recs, p = L.parse_log("verl", VERL_LOG.read_text())
+    recs, p = logs.parse_log("verl", VERL_LOG.read_text())
     assert [r.step for r in recs] == [1, 2, 3, 4, 5, 6]  # the step:0 validation line is no step
     first = _verl_step_lines()[0]
-    _, raw = L.parse_verl_line(first)
+    _, raw = logs.parse_verl_line(first)
     r = recs[0]
     assert r.duration == raw["timing_s/step"]
     assert r.phases["generation"] == raw["timing_s/gen"]
@@ -159,9 +159,9 @@ def test_verl_fixture_parses_to_contract_records():
 
 def test_verl_peak_memory_becomes_the_share_of_the_gpu_the_bridge_is_told():
     """verl prints its trainer's peak reserved memory in GiB; with the GPU's size it is the contract's share."""
-    p = L.parser_for("verl", 80.0)
+    p = logs.parser_for("verl", 80.0)
     recs = p.feed_text(VERL_LOG.read_text())
-    raws = [L.parse_verl_line(line)[1] for line in _verl_step_lines()]
+    raws = [logs.parse_verl_line(line)[1] for line in _verl_step_lines()]
     reserved = [m["perf/max_memory_reserved_gb"] for m in raws if "perf/max_memory_reserved_gb" in m]
     assert [r.trainer_memory for r in recs] == [x / 80.0 for x in reserved]
     assert all(0.0 < r.trainer_memory < 1.0 for r in recs)
@@ -169,13 +169,13 @@ def test_verl_peak_memory_becomes_the_share_of_the_gpu_the_bridge_is_told():
 
 
 def test_verl_values_numpy_and_special():
-    assert L.parse_value("np.float64(0.25)") == 0.25
-    assert L.parse_value("np.int64(3)") == 3.0
-    assert L.parse_value("1e-06") == 1e-06
-    assert L.parse_value("True") == 1.0
-    assert L.parse_value("tensor(0.5000, device='cuda:0')") == 0.5
-    assert L.parse_value("'text'") is None
-    v = L.parse_value("nan")
+    assert logs.parse_value("np.float64(0.25)") == 0.25
+    assert logs.parse_value("np.int64(3)") == 3.0
+    assert logs.parse_value("1e-06") == 1e-06
+    assert logs.parse_value("True") == 1.0
+    assert logs.parse_value("tensor(0.5000, device='cuda:0')") == 0.5
+    assert logs.parse_value("'text'") is None
+    v = logs.parse_value("nan")
     assert v != v
 
 
@@ -191,14 +191,14 @@ def test_verl_values_numpy_and_special():
 )
 def test_verl_ray_prefixes(prefix):
     line = prefix + "step:4 - timing_s/gen:1.5 - timing_s/step:3.0 - critic/rewards/mean:0.5"
-    p = L.VerlParser()
+    p = logs.VerlParser()
     (rec,) = p.feed(line + " [repeated 2x across cluster]")
     assert (rec.step, rec.duration, rec.phases["generation"], rec.reward) == (4, 3.0, 1.5, 0.5)
     assert "step_generated_tokens" in p.missing and "step_trained_tokens" in p.missing
 
 
 def test_verl_non_step_lines_are_ignored():
-    p = L.VerlParser()
+    p = logs.VerlParser()
     for line in (
         "Training Progress:  17%|#     | 1/6 [00:41<03:25, 41.02s/it]",
         "(TaskRunner pid=1) step:0 - val-core/openai/gsm8k/acc/mean@1:0.3",
@@ -235,7 +235,7 @@ def test_verl_fully_async_cycle(verl_console):
         "perf/total_num_tokens": 204800,
         "fully_async/trainer/idle_ratio": 0.25,
     }
-    p = L.VerlParser()
+    p = logs.VerlParser()
     assert p.feed("(FullyAsyncTrainer pid=5) " + verl_console.concat_dict_to_str(rollouter, step=3)) == []
     (rec,) = p.feed("(FullyAsyncTrainer pid=5) " + verl_console.concat_dict_to_str(aggregated, step=3))
     assert rec.step == 3 and rec.duration == 18.0
@@ -252,21 +252,21 @@ def test_verl_fully_async_cycle(verl_console):
 def test_verl_one_step_off(verl_console):
     m = {"timing_s/generate_async": 20.0, "timing_s/gen": 0.5, "timing_s/sync_rollout_weights": 1.0}
     m.update({"timing_s/update_actor": 9.0, "timing_s/step": 14.0, "rollout_corr/log_ppl_abs_diff": 0.003})
-    (rec,) = L.VerlParser().feed(verl_console.concat_dict_to_str(m, step=2))
+    (rec,) = logs.VerlParser().feed(verl_console.concat_dict_to_str(m, step=2))
     assert rec.phases["generation"] == 20.0 and rec.phases["waiting"] == 0.5 and rec.phases["weight_sync"] == 1.0
     assert rec.staleness == 1.0 and rec.logprob_mismatch == 0.003
 
 
 def test_verl_invalid_mismatch_is_missing(verl_console):
     m = {"training/rollout_probs_diff_valid": 0, "training/rollout_probs_diff_mean": float("nan"), "timing_s/step": 5.0}
-    p = L.VerlParser()
+    p = logs.VerlParser()
     (rec,) = p.feed(verl_console.concat_dict_to_str(m, step=1))
     assert rec.logprob_mismatch == 0.0 and "step_logprob_mismatch" in p.missing
 
 
 # ---------------------------------------------------------------------------------------------- OpenRLHF
 def test_openrlhf_fixture_parses_to_contract_records():
-    recs, p = L.parse_log("openrlhf", ORLHF_LOG.read_text())
+    recs, p = logs.parse_log("openrlhf", ORLHF_LOG.read_text())
     assert [r.step for r in recs] == [1, 2, 3, 4, 5, 6]
     line = next(ln for ln in ORLHF_LOG.read_text().splitlines() if "Global step 1:" in ln)
     status = ast.literal_eval(line.split("Global step 1: ", 1)[1])
@@ -294,7 +294,7 @@ def test_openrlhf_fixture_parses_to_contract_records():
             "step_phase_seconds:ref_logprob",
             "step_phase_seconds:tool",
         }
-        | L.UNMAPPED
+        | logs.UNMAPPED
     )
 
 
@@ -311,7 +311,7 @@ def test_openrlhf_async_line_from_its_logger(orlhf_logging, capsys):
     status["timing/step_total"] = 19.5
     log.info(f"Global step {7}: {status}")
     line = capsys.readouterr().err.strip()
-    p = L.OpenRLHFParser()
+    p = logs.OpenRLHFParser()
     (rec,) = p.feed("(TrainingActor pid=12) " + line)
     assert rec.step == 7 and rec.duration == 19.5
     assert rec.phases["waiting"] == pytest.approx(3.5)  # 19.5 - 5 - 10 - 1: the wait on the rollout queue
@@ -322,26 +322,26 @@ def test_openrlhf_async_line_from_its_logger(orlhf_logging, capsys):
 def test_openrlhf_repr_literal_eval_refuses():
     line = "INFO 03-02 11:21:28 ppo_trainer.py:548] ✨ Global step 2: {'vllm_kl': np.float64(-0.002), "
     line += "'timing/step_total': 12.5, 'timing/generation': tensor(6.0, device='cuda:0'), 'note': 'a, b'}"
-    (rec,) = L.OpenRLHFParser().feed(line)
+    (rec,) = logs.OpenRLHFParser().feed(line)
     assert rec.duration == 12.5 and rec.logprob_mismatch == 0.002 and rec.phases["generation"] == 6.0
 
 
 def test_openrlhf_other_lines_are_ignored():
-    p = L.OpenRLHFParser()
+    p = logs.OpenRLHFParser()
     assert p.feed("INFO 03-02 11:20:00 ppo_trainer.py:224] Sample: ['x', 1.0]") == []
     assert p.feed("INFO 03-02 11:20:00 ppo_trainer_async.py:214] Eval at step 5: {'eval_acc': 0.5}") == []
 
 
 def test_parser_for_unknown():
     with pytest.raises(ValueError):
-        L.parser_for("trl")
+        logs.parser_for("trl")
 
 
 def test_logs_module_is_stdlib_only():
     import subprocess
     import sys
 
-    root = Path(L.__file__).resolve().parents[2]
+    root = Path(logs.__file__).resolve().parents[2]
     code = "import sys, rltune.adapters.logs; bad = [m for m in sys.modules if m.split('.')[0] in "
     code += (
         "('numpy', 'pydantic', 'torch', 'yaml', 'requests', 'prometheus_client', 'kubernetes')]; assert not bad, bad"

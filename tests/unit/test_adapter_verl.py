@@ -30,8 +30,8 @@ from rltune.adapters.verl import (
     Verl,
     _Cmd,
     split_override,
+    verl,
 )
-from rltune.adapters.verl import verl as V
 from rltune.adapters.verl_loader import compose
 from rltune.api.models import RLConfig, RLTuningJobSpec, knob_paths
 
@@ -195,9 +195,9 @@ def test_verl_version():
 def test_round_trip(backend, mode):
     command = COMMANDS[backend]
     spec, config = spec_for(command), config_for(backend, mode)
-    assert V.backend(command) == backend
-    assert V.problems(spec, config, command) == []
-    fc = V.command(spec, config, command)
+    assert verl.backend(command) == backend
+    assert verl.problems(spec, config, command) == []
+    fc = verl.command(spec, config, command)
     assert fc.mode == mode
     assert fc.entry[:3] == ("python3", "-m", MODULES[mode])
     assert fc.entry[3] == f"--config-name={Verl.config_name(mode, backend)}"
@@ -209,10 +209,10 @@ def test_round_trip(backend, mode):
     want = {k: v for k, v in config.flat().items() if k != "cpu"}
     assert knobs_of(cfg, backend, mode) == want
     # the adapter's own inverse agrees
-    got = V.read(fc.argv)
+    got = verl.read(fc.argv)
     assert {k: got[k] for k in got} == {k: want[k] for k in got}
     # the trial command composes too, with its step count and no checkpoints or validation
-    trial = V.trial_command(spec, config, command, steps=5)
+    trial = verl.trial_command(spec, config, command, steps=5)
     tcfg = compose_command(trial.argv, mode)
     assert tcfg.trainer.total_training_steps == 5
     assert (tcfg.trainer.save_freq, tcfg.trainer.test_freq, tcfg.trainer.val_before_train) == (-1, -1, False)
@@ -227,9 +227,9 @@ def test_round_trip_megatron_by_model_engine(mode):
     """`model_engine=megatron` on ppo_trainer selects Megatron too; the override is kept and composes
     with every mode's (non-megatron-named) config."""
     command = MAIN + ["model_engine=megatron"] + BASE
-    assert V.backend(command) == "megatron"
+    assert verl.backend(command) == "megatron"
     spec, config = spec_for(command), config_for("megatron", mode)
-    fc = V.command(spec, config, command)
+    fc = verl.command(spec, config, command)
     assert fc.entry[3] == f"--config-name={Verl.config_name(mode, 'fsdp')}"
     assert "model_engine=megatron" in fc.overrides
     cfg = compose_command(fc.argv, mode)
@@ -243,7 +243,7 @@ def test_round_trip_stale_fraction_and_partial():
     config = config_for("fsdp", HYBRID).with_knobs(
         {"placement": "disaggregated", "trainerGpus": 8, "async.staleness": 1, "async.staleFraction": 0.5}
     )
-    fc = V.command(spec, config, command)
+    fc = verl.command(spec, config, command)
     assert fc.mode == FULLY_ASYNC
     cfg = compose_command(fc.argv, FULLY_ASYNC)
     assert cfg.async_training.staleness_threshold == 0.5 and cfg.async_training.partial_rollout is False
@@ -279,8 +279,8 @@ def fully_async_command() -> list[str]:
 
 def test_read_fully_async_command():
     command = fully_async_command()
-    assert V.backend(command) == "megatron"
-    got = V.read(command)
+    assert verl.backend(command) == "megatron"
+    got = verl.read(command)
     assert got["placement"] == "disaggregated"
     assert (got["async.staleness"], got["async.staleFraction"], got["async.partialRollout"]) == (1, 0.25, True)
     assert (got["gpus"], got["trainerGpus"], got["weightSync"]) == (16, 8, "nccl")
@@ -291,7 +291,7 @@ def test_leaving_fully_async_switches_entry_and_drops_its_keys():
     command = fully_async_command()
     spec = spec_for(command)
     config = RLConfig().with_knobs({"gpus": 16, "trainer.recompute": "selective"})
-    fc = V.command(spec, config, command)
+    fc = verl.command(spec, config, command)
     assert fc.mode == HYBRID
     assert fc.entry == ("python3", "-m", "verl.trainer.main_ppo", "--config-name=ppo_megatron_trainer")
     keys = {split_override(t)[0]: split_override(t)[1] for t in fc.overrides}
@@ -311,7 +311,7 @@ def test_staying_fully_async_keeps_the_users_trigger_and_batch():
     config = RLConfig.model_validate(
         {"gpus": 16, "placement": "disaggregated", "trainerGpus": 8, "async": {"staleness": 2}}
     )
-    fc = V.command(spec, config, command)
+    fc = verl.command(spec, config, command)
     assert fc.mode == FULLY_ASYNC
     assert fc.entry == (
         "python3",
@@ -323,7 +323,7 @@ def test_staying_fully_async_keeps_the_users_trigger_and_batch():
     assert "async_training.trigger_parameter_sync_step=4" in fc.overrides
     cfg = compose_command(fc.argv, FULLY_ASYNC)
     assert cfg.async_training.staleness_threshold == 2.0 and cfg.data.train_batch_size == 0
-    trial = V.trial_command(spec, config, command, steps=3)
+    trial = verl.trial_command(spec, config, command, steps=3)
     assert "rollout.total_rollout_steps=768" in trial.overrides  # 3 steps * 32 * 2 * 4 prompts
 
 
@@ -346,10 +346,12 @@ def test_staying_fully_async_keeps_the_users_trigger_and_batch():
 )
 def test_mode_rules(knobs, mode):
     command = COMMANDS["fsdp"]
-    fc = V.command(spec_for(command), RLConfig().with_knobs({"gpus": 16, "trainer.recompute": "full"} | knobs), command)
+    fc = verl.command(
+        spec_for(command), RLConfig().with_knobs({"gpus": 16, "trainer.recompute": "full"} | knobs), command
+    )
     assert fc.mode == mode and fc.entry[2] == MODULES[mode]
     # read inverts the mode
-    got = V.read(fc.argv)
+    got = verl.read(fc.argv)
     for k, v in knobs.items():
         assert got[k] == v, k
 
@@ -357,13 +359,13 @@ def test_mode_rules(knobs, mode):
 def test_script_entry_and_flags_are_kept():
     command = ["python", "verl/trainer/main_ppo.py", "--config-name", "ppo_trainer", "hydra.run.dir=/tmp/x"] + BASE
     spec = spec_for(command)
-    fc = V.command(spec, RLConfig().with_knobs({"gpus": 16, "trainer.recompute": "full"}), command)
+    fc = verl.command(spec, RLConfig().with_knobs({"gpus": 16, "trainer.recompute": "full"}), command)
     assert fc.entry == ("python", "verl/trainer/main_ppo.py", "--config-name=ppo_trainer")
     assert "hydra.run.dir=/tmp/x" in fc.overrides
     one = RLConfig().with_knobs(
         {"gpus": 16, "trainer.recompute": "full", "placement": "disaggregated", "trainerGpus": 8, "async.staleness": 1}
     )
-    fc = V.command(spec, one, command)
+    fc = verl.command(spec, one, command)
     assert fc.entry == ("python", "-m", MODULES[ONE_STEP], "--config-name=one_step_off_ppo_trainer")
 
 
@@ -376,7 +378,7 @@ def test_user_overrides_replaced_not_duplicated():
     ]
     spec = spec_for(command)
     config = RLConfig().with_knobs({"gpus": 16, "trainer.tp": 2, "rollout.maxNumSeqs": 1024})
-    fc = V.command(spec, config, command)
+    fc = verl.command(spec, config, command)
     keys = [split_override(t)[0] for t in fc.overrides]
     assert len(keys) == len(set(keys))
     assert "actor_rollout_ref.rollout.max_num_seqs=1024" in fc.overrides
@@ -384,7 +386,7 @@ def test_user_overrides_replaced_not_duplicated():
     assert "actor_rollout_ref.ref.megatron.tensor_model_parallel_size=2" in fc.overrides  # kept in agreement
     # offload unchanged from the user's (partial) offload: the user's own keys stay as written
     config = config.with_knobs({"trainer.offload": True})
-    fc = V.command(spec, config, command)
+    fc = verl.command(spec, config, command)
     assert "actor_rollout_ref.actor.megatron.optimizer_offload=True" in fc.overrides
     assert not [t for t in fc.overrides if t.startswith("actor_rollout_ref.actor.megatron.param_offload")]
     compose_command(fc.argv, HYBRID)
@@ -395,7 +397,7 @@ def test_user_overrides_replaced_not_duplicated():
 
 def _keys(backend: str, config: RLConfig) -> dict[str, str]:
     command = COMMANDS[backend]
-    fc = V.command(spec_for(command), config, command)
+    fc = verl.command(spec_for(command), config, command)
     return dict(split_override(t) for t in fc.overrides)
 
 
@@ -481,14 +483,14 @@ def test_knob_keys(backend, knob, value, expected):
 
 def test_expert_parallel_and_pools():
     command = COMMANDS["fsdp"] + ["actor_rollout_ref.rollout.data_parallel_size=2"]
-    fc = V.command(
+    fc = verl.command(
         spec_for(command), RLConfig().with_knobs({"gpus": 16, "rollout.tp": 2, "rollout.expertParallel": True}), command
     )
     assert "actor_rollout_ref.rollout.expert_parallel_size=4" in fc.overrides  # tp * dp (RolloutConfig asserts)
     config = RLConfig().with_knobs(
         {"gpus": 16, "placement": "disaggregated", "trainerGpus": 8, "async.staleness": 1, "weightSync": "nccl"}
     )
-    keys = dict(split_override(t) for t in V.command(spec_for(COMMANDS["fsdp"]), config, COMMANDS["fsdp"]).overrides)
+    keys = dict(split_override(t) for t in verl.command(spec_for(COMMANDS["fsdp"]), config, COMMANDS["fsdp"]).overrides)
     assert {
         k: keys[k] for k in ("trainer.nnodes", "trainer.n_gpus_per_node", "rollout.nnodes", "rollout.n_gpus_per_node")
     } == {
@@ -506,7 +508,7 @@ def test_expert_parallel_and_pools():
 
 @pytest.mark.parametrize("backend", ["fsdp", "fsdp2", "megatron"])
 def test_rules_cover_every_knob(backend):
-    rules = V.rules(backend)
+    rules = verl.rules(backend)
     assert set(knob_paths()) <= set(rules)
     for knob, rule in rules.items():
         assert rule.knob == knob
@@ -536,16 +538,16 @@ def test_rules_cover_every_knob(backend):
 
 def test_values():
     fsdp, meg = spec_for(COMMANDS["fsdp"]), spec_for(COMMANDS["megatron"])
-    assert V.values("trainer.tp", fsdp) == [1] and V.values("trainer.tp", meg) is None
-    assert V.values("trainer.recompute", fsdp) == ["none", "full"]
-    assert V.values("trainer.recompute", meg) == ["none", "selective", "full"]
-    assert V.values("weightSync", fsdp) == ["nccl", "checkpoint-engine"]
-    assert V.values("async.staleness", fsdp) == [0, 1, 2]
-    assert V.values("async.staleness", spec_for(COMMANDS["fsdp"], maxStaleness=0)) == [0]
-    assert V.values("async.staleFraction", spec_for(COMMANDS["fsdp"], maxStaleness=0)) == [None]
-    assert None in V.values("async.staleFraction", fsdp)
-    assert V.values("cpu.trainerThreads", fsdp) == []
-    assert V.values("rollout.maxNumSeqs", fsdp) is None
+    assert verl.values("trainer.tp", fsdp) == [1] and verl.values("trainer.tp", meg) is None
+    assert verl.values("trainer.recompute", fsdp) == ["none", "full"]
+    assert verl.values("trainer.recompute", meg) == ["none", "selective", "full"]
+    assert verl.values("weightSync", fsdp) == ["nccl", "checkpoint-engine"]
+    assert verl.values("async.staleness", fsdp) == [0, 1, 2]
+    assert verl.values("async.staleness", spec_for(COMMANDS["fsdp"], maxStaleness=0)) == [0]
+    assert verl.values("async.staleFraction", spec_for(COMMANDS["fsdp"], maxStaleness=0)) == [None]
+    assert None in verl.values("async.staleFraction", fsdp)
+    assert verl.values("cpu.trainerThreads", fsdp) == []
+    assert verl.values("rollout.maxNumSeqs", fsdp) is None
 
 
 # --------------------------------------------------------------------------- problems
@@ -554,7 +556,7 @@ def test_values():
 def _problems(backend: str, **knobs) -> list[str]:
     command = COMMANDS[backend]
     base = {"gpus": 16, "trainer.recompute": "full" if backend != "megatron" else "selective"}
-    return V.problems(spec_for(command), RLConfig().with_knobs(base | knobs), command)
+    return verl.problems(spec_for(command), RLConfig().with_knobs(base | knobs), command)
 
 
 @pytest.mark.parametrize(
@@ -597,13 +599,13 @@ def test_problem_for_a_batch_fully_async_cannot_split():
     config = RLConfig().with_knobs(
         {"gpus": 16, "trainer.recompute": "full", "placement": "disaggregated", "trainerGpus": 8, "async.staleness": 2}
     )
-    assert any("trigger_parameter_sync_step" in p for p in V.problems(spec_for(command), config, command))
+    assert any("trigger_parameter_sync_step" in p for p in verl.problems(spec_for(command), config, command))
 
 
 def test_composed_config_is_plain_data():
     """The composed config resolves (every interpolation the rendered keys feed is valid)."""
     command = COMMANDS["megatron"]
-    fc = V.command(spec_for(command), config_for("megatron", FULLY_ASYNC), command)
+    fc = verl.command(spec_for(command), config_for("megatron", FULLY_ASYNC), command)
     OmegaConf.to_container(compose_command(fc.argv, FULLY_ASYNC), resolve=True)
 
 
@@ -621,9 +623,9 @@ def test_expert_tensor_parallel_reaches_verl_and_comes_back():
             "actor_rollout_ref.ref.megatron.expert_tensor_parallel_size=1",
         ]
     )
-    got = V.read(user)
+    got = verl.read(user)
     assert (got["trainer.tp"], got["trainer.ep"], got["trainer.etp"]) == (2, 8, 1)
-    assert V.read(COMMANDS["megatron"])["trainer.etp"] is None  # verl's default: null (= the dense TP)
+    assert verl.read(COMMANDS["megatron"])["trainer.etp"] is None  # verl's default: null (= the dense TP)
     spec = spec_for(user).model_copy(deep=True)
     spec.workload.model = spec.workload.model.model_copy(update={"preset": "qwen3-30b-a3b"})
     spec.resources.gpu_budget = 24
@@ -631,12 +633,12 @@ def test_expert_tensor_parallel_reaches_verl_and_comes_back():
         config = RLConfig.model_validate(
             {"gpus": 16, "trainer": {"tp": 2, "ep": 8, "etp": etp, "microBatchTokens": 16384}}
         )
-        assert V.problems(spec, config, user) == []
-        cfg = compose_command(V.command(spec, config, user).argv, HYBRID)
+        assert verl.problems(spec, config, user) == []
+        cfg = compose_command(verl.command(spec, config, user).argv, HYBRID)
         meg, ref = cfg.actor_rollout_ref.actor.megatron, cfg.actor_rollout_ref.ref.megatron
         assert meg.expert_tensor_parallel_size == want and ref.expert_tensor_parallel_size == want
     # 24 GPUs: EP8 x ETP2 (null = TP 2) does not divide them; EP8 x ETP1 does
     wide = RLConfig.model_validate({"gpus": 24, "trainer": {"tp": 2, "ep": 8, "microBatchTokens": 16384}})
-    (problem,) = V.problems(spec, wide, user)
+    (problem,) = verl.problems(spec, wide, user)
     assert "expert_tensor_parallel_size (2)" in problem and "set trainer.etp 1" in problem
-    assert V.problems(spec, wide.with_knobs({"trainer.etp": 1}), user) == []
+    assert verl.problems(spec, wide.with_knobs({"trainer.etp": 1}), user) == []

@@ -662,17 +662,17 @@ def test_the_policys_lists_are_the_operators_own(helm, tmp_path):
     sysctls, SELinux types and name lists are podsecurity.py's and the podSecurity values'."""
     import re
 
-    from rltune.controller import podsecurity as PS
+    from rltune.controller import podsecurity
 
     def has_list(expr: str, var: str) -> set[str]:
         return set(re.findall(rf"has\({var}\.(\w+)\)", expr))
 
     pol = policies(render(helm))[f"{FULLNAME}-{NS}-pods"]
-    assert has_list(validation(pol, "volume types"), "v") == set(PS.RESTRICTED_VOLUMES)
-    assert has_list(validation(pol, "projected.sources may be only"), "p") == set(PS.PLAIN_PROJECTIONS)
-    for name in PS.SAFE_SYSCTLS:
+    assert has_list(validation(pol, "volume types"), "v") == set(podsecurity.RESTRICTED_VOLUMES)
+    assert has_list(validation(pol, "projected.sources may be only"), "p") == set(podsecurity.PLAIN_PROJECTIONS)
+    for name in podsecurity.SAFE_SYSCTLS:
         assert f'"{name}"' in validation(pol, "sysctls")
-    for t in PS.SAFE_SELINUX_TYPES:
+    for t in podsecurity.SAFE_SELINUX_TYPES:
         assert f'"{t}"' in validation(pol, "seLinuxOptions")
     assert '["NET_BIND_SERVICE"]' in validation(pol, "capabilities.add may add only")
     assert "in []" in validation(pol, "priorityClassName") and "in []" in validation(pol, "runtimeClassName")
@@ -689,7 +689,7 @@ def test_the_policys_lists_are_the_operators_own(helm, tmp_path):
         }
     }
     pol = policies(render_values(helm, tmp_path, values))[f"{FULLNAME}-{NS}-pods"]
-    assert has_list(validation(pol, "volume types"), "v") == set(PS.RESTRICTED_VOLUMES) | {"hostPath"}
+    assert has_list(validation(pol, "volume types"), "v") == set(podsecurity.RESTRICTED_VOLUMES) | {"hostPath"}
     assert has_list(validation(pol, "projected.sources may be only"), "p") == {
         "configMap",
         "downwardAPI",

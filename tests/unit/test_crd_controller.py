@@ -13,10 +13,10 @@ import yaml
 
 from rltune.adapters.render import render_overrides
 from rltune.api.models import RLConfig, RLTuningJobSpec
-from rltune.controller import pods as P
+from rltune.controller import pods as pod_manifests
 from rltune.controller import prom
 from rltune.controller.reconcile import InvalidSpec, validate_spec
-from rltune.tuner import records as tp
+from rltune.tuner import records
 from rltune.tuner.summary import TrialSummary
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "twin-demo.yaml"
@@ -29,7 +29,7 @@ def demo_spec() -> dict:
 def test_pod_manifests_multi_node():
     spec = RLTuningJobSpec.model_validate(demo_spec())
     cfg = spec.baseline.with_knobs({"gpus": 16})
-    pods, svc = P.trial_manifests("ns", "twin-demo", {"uid": "u"}, spec, "t1", cfg, 4, 1, "http://pgw")
+    pods, svc = pod_manifests.trial_manifests("ns", "twin-demo", {"uid": "u"}, spec, "t1", cfg, 4, 1, "http://pgw")
     assert [p["metadata"]["name"] for p in pods] == ["twin-demo-t1-0", "twin-demo-t1-1"]
     assert svc and svc["spec"]["clusterIP"] == "None"
     c = pods[1]["spec"]["containers"][0]
@@ -44,16 +44,16 @@ def test_pod_manifests_multi_node():
     ]  # every known B300 string (test_pods.py)
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in pods[0]["spec"]["tolerations"]
     assert pods[0]["spec"]["restartPolicy"] == "Never"
-    long = P.pod_name("a" * 80, "t123", 0)
-    assert len(long) <= 63 and long == P.pod_name("a" * 80, "t123", 0)
+    long = pod_manifests.pod_name("a" * 80, "t123", 0)
+    assert len(long) <= 63 and long == pod_manifests.pod_name("a" * 80, "t123", 0)
 
 
 def test_config_diff_round_trip():
     base = RLConfig()
     cfg = base.with_knobs({"rollout.maxNumSeqs": 1024, "gpus": 16, "placement": "disaggregated", "trainerGpus": 8})
-    diff = tp.config_diff(base, cfg)
+    diff = records.config_diff(base, cfg)
     assert diff == {"rollout.maxNumSeqs": 1024, "gpus": 16, "placement": "disaggregated", "trainerGpus": 8}
-    assert tp.config_from_diff(base, diff) == cfg
+    assert records.config_from_diff(base, diff) == cfg
 
 
 def test_summary_round_trip():
@@ -66,7 +66,7 @@ def test_summary_round_trip():
         rewards=[0.1, 0.2, 0.3],
         nan=False,
     )
-    assert tp.unflatten_summary(tp.flatten_summary(s, keep_rewards=True)) == s
+    assert records.unflatten_summary(records.flatten_summary(s, keep_rewards=True)) == s
 
 
 def test_render_canonical():

@@ -162,13 +162,13 @@ def test_a_finished_trials_pods_go_before_the_new_trials_pods_come():
     """The GPUs a new trial is given are a finished trial's: its pods are deleted before the new ones are
     created, or for a moment both hold them (over gpuBudget; the bed's budget test saw 24 of 16 GPUs)."""
     from rltune.api.status import Phase, RLTuningJobStatus
-    from rltune.tuner import lifecycle as L
+    from rltune.tuner import lifecycle
 
     cluster = RecordingCluster()
     r = Reconciler(cluster, settings=settings())
     body = job_body()
     before = RLTuningJobStatus()
-    d = L.Decisions(status=before.model_copy(update={"phase": Phase.SEARCHING}), teardown=["t1"])
+    d = lifecycle.Decisions(status=before.model_copy(update={"phase": Phase.SEARCHING}), teardown=["t1"])
     r._commit(body, before, d, [{"kind": "Pod", "metadata": {"name": "t2-0"}}], None)
     assert cluster.calls.index("delete_trial t1") < cluster.calls.index("create Pod"), cluster.calls
 
@@ -177,15 +177,15 @@ def test_each_tick_runs_the_lifecycle_within_the_tick_budget(monkeypatch):
     """The operator's tickBudgetSeconds reaches the pure lifecycle as a plain number; a second step in
     the same tick (after a refused trial) gets what is left of it, not a budget of its own."""
     from rltune.controller import reconcile
-    from rltune.tuner import lifecycle as L
+    from rltune.tuner import lifecycle
 
-    budgets, real = [], L.step
+    budgets, real = [], lifecycle.step
 
     def step(spec, status, observations, now, generation=1, budget_seconds=None, **k):
         budgets.append(budget_seconds)
         return real(spec, status, observations, now, generation, budget_seconds, **k)
 
-    monkeypatch.setattr(reconcile.L, "step", step)
+    monkeypatch.setattr(reconcile.lifecycle, "step", step)
     s = settings().model_copy(update={"tick_budget_seconds": 3.0})
     r = Reconciler(RecordingCluster(), settings=s, clock=lambda: 1_000_000.0)
     assert r.reconcile("ns", "twin-demo", body=job_body(), pods=[], rayjobs=[]) == "Failed"  # no node: refused

@@ -10,7 +10,7 @@ from test_tuner_fixtures import job
 from rltune.api.status import Phase, TrialState
 from rltune.controller.reconcile import disruption
 from rltune.trial.main import injected_fault
-from rltune.tuner import lifecycle as L
+from rltune.tuner import lifecycle
 
 
 def pod(name="j-t1-0", conditions=()):
@@ -42,7 +42,7 @@ def test_a_node_lost_mid_trial_reruns_it_once_not_as_a_failure():
     def outcome(t, cfg):
         if t.id == "t1" and "t1" not in hit:
             hit.add("t1")
-            return L.Observation(placed=True, preempted="pod j-t1-0 disrupted: DeletionByTaintManager")
+            return lifecycle.Observation(placed=True, preempted="pod j-t1-0 disrupted: DeletionByTaintManager")
         return ok(t, cfg)
 
     status, events = drive(spec, outcome)
@@ -69,7 +69,7 @@ def test_prometheus_unreadable_sets_metrics_unavailable_and_scores_nothing():
     def outcome(t, cfg):
         if down["ticks"] < 20:  # Prometheus unreachable for the first 20 ticks (200 s)
             down["ticks"] += 1
-            return L.Observation(
+            return lifecycle.Observation(
                 placed=True,
                 done=True,
                 steps=[],
@@ -89,11 +89,11 @@ def test_prometheus_unreadable_sets_metrics_unavailable_and_scores_nothing():
 
 def test_metrics_condition_is_false_while_unreadable():
     spec = job()
-    d = L.step(spec, L.RLTuningJobStatus(), {}, 1_000_000.0)
+    d = lifecycle.step(spec, lifecycle.RLTuningJobStatus(), {}, 1_000_000.0)
     status = d.status
-    obs = {"baseline": L.Observation(placed=True, done=True, steps=[], metrics_error="Prometheus down")}
-    d = L.step(spec, status, obs, 1_000_010.0)
-    d = L.step(spec, d.status, obs, 1_000_020.0)
+    obs = {"baseline": lifecycle.Observation(placed=True, done=True, steps=[], metrics_error="Prometheus down")}
+    d = lifecycle.step(spec, status, obs, 1_000_010.0)
+    d = lifecycle.step(spec, d.status, obs, 1_000_020.0)
     conds = {c.type: c for c in d.status.conditions}
     assert conds["MetricsAvailable"].status == "False" and conds["MetricsAvailable"].reason == "MetricsUnavailable"
     assert d.status.phase == Phase.PROFILING and d.status.trials[0].state == TrialState.SCORING
@@ -123,7 +123,7 @@ def test_a_nan_trial_is_rejected_and_the_search_goes_on():
         o = ok(t, cfg)
         if t.id == "t1":
             nan = float("nan")
-            o = L.Observation(
+            o = lifecycle.Observation(
                 placed=True,
                 done=True,
                 steps=[s if s.warmup else type(s)(**{**s.__dict__, "duration": nan, "reward": nan}) for s in o.steps],

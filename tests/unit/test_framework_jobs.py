@@ -15,7 +15,7 @@ from rltune.adapters import registry
 from rltune.adapters.verl_loader import compose
 from rltune.api.models import RLTuningJobSpec, knob_paths
 from rltune.api.status import Phase
-from rltune.controller import rayjob as RJ
+from rltune.controller import rayjob
 from rltune.controller.pods import GPU_RESOURCE, LABEL_JOB, LABEL_RANK, LABEL_TRIAL
 from rltune.settings import OperatorSettings
 from rltune.tuner.search import Space
@@ -139,14 +139,14 @@ def test_a_trial_is_a_rayjob_on_the_gpu_pool():
     spec = spec_of(raw_spec())
     owner = {"apiVersion": "rltune.io/v1alpha1", "kind": "RLTuningJob", "name": "j", "uid": "u", "controller": True}
     settings = OperatorSettings(bridgeImage="example.com/rltune/trial:9")
-    m = RJ.rayjob_manifest("ns", "j", owner, spec, "t3", spec.baseline, 5, "http://pgw:9091", settings)
+    m = rayjob.rayjob_manifest("ns", "j", owner, spec, "t3", spec.baseline, 5, "http://pgw:9091", settings)
     assert (m["apiVersion"], m["kind"], m["metadata"]["name"]) == ("ray.io/v1", "RayJob", "j-t3")
     assert m["metadata"]["labels"][LABEL_JOB] == "j" and m["metadata"]["labels"][LABEL_TRIAL] == "t3"
     assert m["metadata"]["ownerReferences"][0]["uid"] == "u"
     s = m["spec"]
     assert s["shutdownAfterJobFinishes"] and s["submissionMode"] == "K8sJobMode"
     assert s["activeDeadlineSeconds"] == spec.budget.trial_timeout_seconds
-    assert s["submitterConfig"]["backoffLimit"] == RJ.SUBMITTER_RETRIES > 2  # beyond KubeRay's default
+    assert s["submitterConfig"]["backoffLimit"] == rayjob.SUBMITTER_RETRIES > 2  # beyond KubeRay's default
     head = s["rayClusterSpec"]["headGroupSpec"]["template"]
     workers = s["rayClusterSpec"]["workerGroupSpecs"]
     assert len(workers) == 1 and workers[0]["replicas"] == 1  # 16 GPUs on 8-GPU nodes: head + 1 worker
@@ -165,18 +165,18 @@ def test_a_trial_is_a_rayjob_on_the_gpu_pool():
     named = spec.model_copy(
         update={"metrics": spec.metrics.model_copy(update={"names": {"step_duration_seconds": "s"}})}
     )
-    ep = RJ.rayjob_manifest("ns", "j", owner, named, "t3", spec.baseline, 5, "http://pgw:9091", settings)["spec"]
+    ep = rayjob.rayjob_manifest("ns", "j", owner, named, "t3", spec.baseline, 5, "http://pgw:9091", settings)["spec"]
     assert """--names '{"step_duration_seconds":"s"}'""" in ep["entrypoint"]
-    pods = RJ.pods_of(m)
+    pods = rayjob.pods_of(m)
     assert [p["metadata"]["labels"].get(LABEL_RANK) for p in pods] == ["0", "worker"]
 
 
 def test_rayjob_outcome():
-    assert RJ.outcome({"status": {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}}) == (True, "")
-    ok, why = RJ.outcome({"status": {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "message": "boom"}})
+    assert rayjob.outcome({"status": {"jobStatus": "SUCCEEDED", "jobDeploymentStatus": "Complete"}}) == (True, "")
+    ok, why = rayjob.outcome({"status": {"jobStatus": "FAILED", "jobDeploymentStatus": "Failed", "message": "boom"}})
     assert not ok and "boom" in why
-    assert RJ.outcome({"status": {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}}) == (False, "")
-    assert RJ.outcome(None) == (False, "")
+    assert rayjob.outcome({"status": {"jobStatus": "RUNNING", "jobDeploymentStatus": "Running"}}) == (False, "")
+    assert rayjob.outcome(None) == (False, "")
 
 
 def test_job_podtemplate_reaches_every_ray_pod():
@@ -185,8 +185,8 @@ def test_job_podtemplate_reaches_every_ray_pod():
         "containers": [{"name": "trial", "env": [{"name": "NCCL_DEBUG", "value": "WARN"}]}]
     }
     spec = spec_of(raw)
-    m = RJ.rayjob_manifest("ns", "j", None, spec, "t1", spec.baseline, 3, "http://pgw:9091", OperatorSettings())
-    for p in RJ.pods_of(m):
+    m = rayjob.rayjob_manifest("ns", "j", None, spec, "t1", spec.baseline, 3, "http://pgw:9091", OperatorSettings())
+    for p in rayjob.pods_of(m):
         assert {"name": "NCCL_DEBUG", "value": "WARN"} in p["spec"]["containers"][0]["env"]
 
 

@@ -11,9 +11,8 @@ import yaml
 from pydantic import ValidationError
 
 from rltune.api.models import RLTuningJobSpec
-from rltune.controller import kueue as K
-from rltune.controller import pods as P
-from rltune.controller import rayjob as RJ
+from rltune.controller import kueue, rayjob
+from rltune.controller import pods as pod_manifests
 from rltune.settings import KueueSettings, OperatorSettings, load
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,14 +26,14 @@ def twin(**resources) -> RLTuningJobSpec:
 
 def pods_of(spec: RLTuningJobSpec, settings: OperatorSettings, gpus: int = 16) -> list[dict]:
     cfg = spec.baseline.with_knobs({"gpus": gpus})
-    pods, _ = P.trial_manifests("ns", "job", None, spec, "t1", cfg, 4, 1, "http://pgw", settings=settings)
+    pods, _ = pod_manifests.trial_manifests("ns", "job", None, spec, "t1", cfg, 4, 1, "http://pgw", settings=settings)
     return pods
 
 
 def test_without_a_queue_pods_are_unchanged():
     pods = pods_of(twin(), OperatorSettings())
     assert all(not any(k.startswith("kueue.x-k8s.io/") for k in p["metadata"]["labels"]) for p in pods)
-    assert all(K.POD_GROUP_TOTAL not in p["metadata"]["annotations"] for p in pods)
+    assert all(kueue.POD_GROUP_TOTAL not in p["metadata"]["annotations"] for p in pods)
 
 
 def test_a_trial_is_one_pod_group_in_the_jobs_queue():
@@ -43,19 +42,19 @@ def test_a_trial_is_one_pod_group_in_the_jobs_queue():
     assert len(pods) == 2
     for p in pods:
         labels, notes = p["metadata"]["labels"], p["metadata"]["annotations"]
-        assert labels[K.QUEUE_LABEL] == "gpu-queue" and labels[K.PRIORITY_LABEL] == "tuning"
-        assert labels[K.POD_GROUP_LABEL] == P.service_name("job", "t1") == "job-t1"
-        assert notes[K.POD_GROUP_TOTAL] == "2" and notes[K.RETRIABLE_IN_GROUP] == "false"
+        assert labels[kueue.QUEUE_LABEL] == "gpu-queue" and labels[kueue.PRIORITY_LABEL] == "tuning"
+        assert labels[kueue.POD_GROUP_LABEL] == pod_manifests.service_name("job", "t1") == "job-t1"
+        assert notes[kueue.POD_GROUP_TOTAL] == "2" and notes[kueue.RETRIABLE_IN_GROUP] == "false"
         assert "schedulingGates" not in p["spec"]  # Kueue's webhook adds its gate
 
 
 def test_the_charts_default_queue_applies_to_jobs_without_one():
     settings = OperatorSettings(kueue=KueueSettings(defaultQueue="team-a"))
     (pod,) = pods_of(twin(), settings, gpus=8)
-    assert pod["metadata"]["labels"][K.QUEUE_LABEL] == "team-a"
-    assert pod["metadata"]["annotations"][K.POD_GROUP_TOTAL] == "1"
+    assert pod["metadata"]["labels"][kueue.QUEUE_LABEL] == "team-a"
+    assert pod["metadata"]["annotations"][kueue.POD_GROUP_TOTAL] == "1"
     (pod,) = pods_of(twin(queueName="mine"), settings, gpus=8)
-    assert pod["metadata"]["labels"][K.QUEUE_LABEL] == "mine"
+    assert pod["metadata"]["labels"][kueue.QUEUE_LABEL] == "mine"
     assert OperatorSettings.model_validate({"kueue": {"defaultQueue": ""}}).kueue.default_queue is None
 
 
@@ -78,39 +77,39 @@ def test_a_rayjob_trial_is_queued_as_a_whole():
     from rltune.adapters.registry import resolve
 
     spec = resolve(RLTuningJobSpec.model_validate(raw))
-    m = RJ.rayjob_manifest("ns", "j", None, spec, "t3", spec.baseline, 5, "http://pgw:9091", OperatorSettings())
-    assert m["metadata"]["labels"][K.QUEUE_LABEL] == "gpu-queue"
-    assert K.PRIORITY_LABEL not in m["metadata"]["labels"]
+    m = rayjob.rayjob_manifest("ns", "j", None, spec, "t3", spec.baseline, 5, "http://pgw:9091", OperatorSettings())
+    assert m["metadata"]["labels"][kueue.QUEUE_LABEL] == "gpu-queue"
+    assert kueue.PRIORITY_LABEL not in m["metadata"]["labels"]
     # Kueue admits the RayJob; the Ray pods KubeRay creates carry no queue label of their own
-    for p in RJ.pods_of(m):
-        assert K.QUEUE_LABEL not in p["metadata"]["labels"]
+    for p in rayjob.pods_of(m):
+        assert kueue.QUEUE_LABEL not in p["metadata"]["labels"]
 
 
 def pod(name: str, gated: bool = False, condition: dict | None = None) -> dict:
-    p = {"metadata": {"name": name, "labels": {K.QUEUE_LABEL: "q"}}, "spec": {}, "status": {}}
+    p = {"metadata": {"name": name, "labels": {kueue.QUEUE_LABEL: "q"}}, "spec": {}, "status": {}}
     if gated:
-        p["spec"]["schedulingGates"] = [{"name": K.ADMISSION_GATE}]
+        p["spec"]["schedulingGates"] = [{"name": kueue.ADMISSION_GATE}]
     if condition:
         p["status"]["conditions"] = [condition]
     return p
 
 
 def test_gated_and_evicted_pods():
-    assert K.gated([pod("a"), pod("b", gated=True)]) == "q"
-    assert K.gated([pod("a")]) == ""
+    assert kueue.gated([pod("a"), pod("b", gated=True)]) == "q"
+    assert kueue.gated([pod("a")]) == ""
     stop = {
         "type": "TerminationTarget",
         "status": "True",
         "reason": "WorkloadEvicted",
         "message": "Preempted to accommodate a workload (UID: 1) due to prioritization in the ClusterQueue",
     }
-    why = K.evicted([pod("a"), pod("b", condition=stop)])
+    why = kueue.evicted([pod("a"), pod("b", condition=stop)])
     assert why.startswith("Kueue stopped pod b: WorkloadEvicted: Preempted to accommodate")
-    assert K.evicted([pod("a")]) == ""
-    rj = {"metadata": {"name": "j-t1", "labels": {K.QUEUE_LABEL: "q"}}, "spec": {"suspend": True}}
-    assert K.gated([], rj) == "q"
-    assert K.evicted([], rj, running=False) == ""  # not admitted yet: waiting, not evicted
-    assert "suspended RayJob j-t1" in K.evicted([], rj, running=True)
+    assert kueue.evicted([pod("a")]) == ""
+    rj = {"metadata": {"name": "j-t1", "labels": {kueue.QUEUE_LABEL: "q"}}, "spec": {"suspend": True}}
+    assert kueue.gated([], rj) == "q"
+    assert kueue.evicted([], rj, running=False) == ""  # not admitted yet: waiting, not evicted
+    assert "suspended RayJob j-t1" in kueue.evicted([], rj, running=True)
 
 
 class NoKueueCluster:

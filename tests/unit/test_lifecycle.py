@@ -8,9 +8,7 @@ import zlib
 from test_tuner_fixtures import job, steps
 
 from rltune.api.status import FailureCause, Phase, RLTuningJobStatus, TrialState
-from rltune.tuner import gates as G
-from rltune.tuner import lifecycle as L
-from rltune.tuner import records as R
+from rltune.tuner import gates, lifecycle, records
 
 
 def truth(cfg) -> dict:
@@ -28,9 +26,9 @@ def drive(spec, outcome=None, ticks: int = 200, start: float = 1_000_000.0):
         obs = {}
         for t in status.trials:
             if t.state.is_active and t.state != TrialState.PENDING or (t.state == TrialState.PENDING and t.created_at):
-                cfg = R.config_from_diff(spec.baseline, t.config)
+                cfg = records.config_from_diff(spec.baseline, t.config)
                 obs[t.id] = (outcome or ok)(t, cfg)
-        d = L.step(spec, status, obs, now)
+        d = lifecycle.step(spec, status, obs, now)
         status, events = d.status, events + d.events
         if status.phase.is_terminal:
             break
@@ -38,8 +36,8 @@ def drive(spec, outcome=None, ticks: int = 200, start: float = 1_000_000.0):
     return status, events
 
 
-def ok(t, cfg) -> L.Observation:
-    return L.Observation(
+def ok(t, cfg) -> lifecycle.Observation:
+    return lifecycle.Observation(
         placed=True, done=True, steps=steps(truth(cfg), n=t.steps, seed=zlib.crc32(t.id.encode()) % 1000)
     )
 
@@ -53,7 +51,7 @@ def test_a_job_goes_from_pending_to_a_confirmed_winner():
     assert status.best and status.best.confirmed and status.best.speedup > 1.0
     # what the trials cost against what the winner saves over budget.plannedSteps
     spent = sum(
-        R.unflatten_summary(t.summary).seconds_spent * t.gpus / 3600
+        records.unflatten_summary(t.summary).seconds_spent * t.gpus / 3600
         for t in status.trials
         if t.kind != "baseline" and t.summary
     )
@@ -81,10 +79,10 @@ def test_a_job_goes_from_pending_to_a_confirmed_winner():
 def test_step_is_pure():
     spec = job()
     status = RLTuningJobStatus()
-    d = L.step(spec, status, {}, 1_000_000.0)
+    d = lifecycle.step(spec, status, {}, 1_000_000.0)
     assert status.trials == [] and status.phase == Phase.PENDING  # the input is untouched
     assert d.status.phase == Phase.PROFILING and d.started == ["baseline"]
-    again = L.step(spec, status, {}, 1_000_000.0)
+    again = lifecycle.step(spec, status, {}, 1_000_000.0)
     assert again.status.dump() == d.status.dump()
 
 
@@ -95,7 +93,7 @@ def test_out_of_memory_is_a_cause_not_a_message_to_parse():
 
     def oom_search(t, cfg):
         if t.kind == "search":
-            return L.Observation(
+            return lifecycle.Observation(
                 placed=True,
                 failure="OOMKilled: exit code 137",
                 exit_code=137,
@@ -108,7 +106,7 @@ def test_out_of_memory_is_a_cause_not_a_message_to_parse():
     assert failed and all(t.state == TrialState.FAILED and t.cause == FailureCause.OUT_OF_MEMORY for t in failed)
     assert status.phase == Phase.FAILED and "TooManyFailedTrials" in {c.reason for c in status.conditions}
     # the Tuner rebuilt from the status learns from the OOMs without reading their text
-    tuner = R.make_tuner(spec, status.trials)
+    tuner = records.make_tuner(spec, status.trials)
     fc = tuner.forecaster
     assert len(tuner.history) == len(failed)
     assert all(fc.memory.fenced(fc.raw(r.config.flat())) for r in tuner.history)
@@ -116,12 +114,12 @@ def test_out_of_memory_is_a_cause_not_a_message_to_parse():
 
 def test_a_failed_pod_waits_briefly_for_the_trials_own_reason():
     spec = job()
-    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
-    d = L.step(spec, d.status, {"baseline": L.Observation(placed=True)}, 1001.0)
-    crashed = L.Observation(placed=True, failure="Error: exit code 1")
-    d2 = L.step(spec, d.status, {"baseline": crashed}, 1002.0)
+    d = lifecycle.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    d = lifecycle.step(spec, d.status, {"baseline": lifecycle.Observation(placed=True)}, 1001.0)
+    crashed = lifecycle.Observation(placed=True, failure="Error: exit code 1")
+    d2 = lifecycle.step(spec, d.status, {"baseline": crashed}, 1002.0)
     assert d2.status.trials[0].state == TrialState.RUNNING  # within the grace period
-    d3 = L.step(spec, d2.status, {"baseline": crashed}, 1002.0 + L.REASON_GRACE_SECONDS + 1)
+    d3 = lifecycle.step(spec, d2.status, {"baseline": crashed}, 1002.0 + lifecycle.REASON_GRACE_SECONDS + 1)
     t = d3.status.trials[0]
     assert t.state == TrialState.FAILED and t.cause == FailureCause.CRASHED and "exit code 1" in t.reason
     assert d3.status.phase == Phase.FAILED and "BaselineFailed" in {c.reason for c in d3.status.conditions}
@@ -129,9 +127,11 @@ def test_a_failed_pod_waits_briefly_for_the_trials_own_reason():
 
 def test_a_refused_baseline_fails_the_job_with_the_drivers_message():
     spec = job()
-    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
-    r = L.Refusal(FailureCause.NO_MATCHING_NODES, "no node carries nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3")
-    d = L.step(spec, d.status, {"baseline": L.Observation(refused=r)}, 1001.0)
+    d = lifecycle.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    r = lifecycle.Refusal(
+        FailureCause.NO_MATCHING_NODES, "no node carries nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3"
+    )
+    d = lifecycle.step(spec, d.status, {"baseline": lifecycle.Observation(refused=r)}, 1001.0)
     conds = {c.type: c for c in d.status.conditions}
     assert d.status.phase == Phase.FAILED and conds["PodsSchedulable"].reason == "NoMatchingNodes"
     assert conds["Stalled"].status == "True" and "NVIDIA-H100" in conds["PodsSchedulable"].message
@@ -140,12 +140,12 @@ def test_a_refused_baseline_fails_the_job_with_the_drivers_message():
 
 def test_scoring_waits_for_every_step_and_never_guesses():
     spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4, "metricsTimeoutSeconds": 30})
-    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    d = lifecycle.step(spec, RLTuningJobStatus(), {}, 1000.0)
     cfg = spec.baseline
-    partial = L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=2))
-    d = L.step(spec, d.status, {"baseline": partial}, 1001.0)
+    partial = lifecycle.Observation(placed=True, done=True, steps=steps(truth(cfg), n=2))
+    d = lifecycle.step(spec, d.status, {"baseline": partial}, 1001.0)
     assert d.status.trials[0].state == TrialState.SCORING
-    d = L.step(spec, d.status, {"baseline": partial}, 1001.0 + 31)
+    d = lifecycle.step(spec, d.status, {"baseline": partial}, 1001.0 + 31)
     t = d.status.trials[0]
     assert t.state == TrialState.METRICS_UNAVAILABLE and t.cause == FailureCause.METRICS_UNAVAILABLE
     assert t.measured_seconds is None
@@ -156,7 +156,7 @@ def test_a_spec_change_resumes_a_finished_search():
     status, _ = drive(spec)
     assert status.phase == Phase.SUCCEEDED
     more = job(budget={"maxTrials": 4, "parallelTrials": 1, "stepsPerTrial": 4, "confirmSteps": 0})
-    d = L.step(more, status, {}, 2_000_000.0, generation=2)
+    d = lifecycle.step(more, status, {}, 2_000_000.0, generation=2)
     assert d.status.phase == Phase.SEARCHING and any(e.reason == "Resumed" for e in d.events)
     assert d.status.observed_generation == 2
 
@@ -167,7 +167,7 @@ def test_a_preempted_trial_is_retried_once_with_the_same_configuration():
 
     def preempt_first_search(t, cfg):
         if t.kind == "search" and t.retry_of is None and t.id == "t1":
-            return L.Observation(placed=True, preempted=evicted)
+            return lifecycle.Observation(placed=True, preempted=evicted)
         return ok(t, cfg)
 
     status, events = drive(spec, preempt_first_search)
@@ -186,32 +186,36 @@ def test_a_preempted_trial_is_retried_once_with_the_same_configuration():
 
 def test_a_preempted_baseline_retry_preempted_again_ends_the_profiling():
     spec = job()
-    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
-    d = L.step(spec, d.status, {"baseline": L.Observation(preempted="WorkloadEvicted: preempted")}, 1001.0)
+    d = lifecycle.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    d = lifecycle.step(
+        spec, d.status, {"baseline": lifecycle.Observation(preempted="WorkloadEvicted: preempted")}, 1001.0
+    )
     ids = [(t.id, t.state) for t in d.status.trials]
     assert ids == [("baseline", TrialState.PREEMPTED), ("baseline-retry", TrialState.PENDING)]
     assert "baseline" in d.teardown and d.status.phase == Phase.PROFILING
-    d = L.step(spec, d.status, {"baseline-retry": L.Observation(preempted="WorkloadEvicted: again")}, 1002.0)
+    d = lifecycle.step(
+        spec, d.status, {"baseline-retry": lifecycle.Observation(preempted="WorkloadEvicted: again")}, 1002.0
+    )
     assert [t.id for t in d.status.trials] == ["baseline", "baseline-retry"]  # retried once only
     assert d.status.phase == Phase.FAILED and d.status.baseline.state == TrialState.PREEMPTED
 
 
 def test_waiting_for_kueue_admission_is_no_schedule_timeout():
     spec = job(budget={"scheduleTimeoutSeconds": 60})
-    d = L.step(spec, RLTuningJobStatus(), {}, 1000.0)
-    gated = L.Observation(pods=2, gated="gpu-queue")
-    d = L.step(spec, d.status, {"baseline": gated}, 1001.0)
+    d = lifecycle.step(spec, RLTuningJobStatus(), {}, 1000.0)
+    gated = lifecycle.Observation(pods=2, gated="gpu-queue")
+    d = lifecycle.step(spec, d.status, {"baseline": gated}, 1001.0)
     t = d.status.trials[0]
     assert t.state == TrialState.PENDING and t.queue == "gpu-queue"
     assert t.reason == "waiting for Kueue admission in queue gpu-queue"
-    d = L.step(spec, d.status, {"baseline": gated}, 1000.0 + 3600)  # an hour in the queue
+    d = lifecycle.step(spec, d.status, {"baseline": gated}, 1000.0 + 3600)  # an hour in the queue
     assert d.status.trials[0].state == TrialState.PENDING and not d.teardown
     # admitted, then the scheduler has no room: the timeout counts from the admission
-    unplaced = L.Observation(pods=2, pending_reason="0/8 nodes are available")
-    d = L.step(spec, d.status, {"baseline": unplaced}, 1000.0 + 3601)
+    unplaced = lifecycle.Observation(pods=2, pending_reason="0/8 nodes are available")
+    d = lifecycle.step(spec, d.status, {"baseline": unplaced}, 1000.0 + 3601)
     t = d.status.trials[0]
     assert t.state == TrialState.PENDING and t.admitted_at and t.reason is None
-    d = L.step(spec, d.status, {"baseline": unplaced}, 1000.0 + 3601 + 61)
+    d = lifecycle.step(spec, d.status, {"baseline": unplaced}, 1000.0 + 3601 + 61)
     t = d.status.trials[0]
     assert t.state == TrialState.UNSCHEDULABLE and "0/8 nodes" in t.reason
 
@@ -227,7 +231,9 @@ def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
 
     def dropped(t, cfg):
         r = 0.5 * (0.92 if t.kind == "confirm" else 1.0)
-        return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=r, seed=len(t.id)))
+        return lifecycle.Observation(
+            placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=r, seed=len(t.id))
+        )
 
     status, events = drive(spec, dropped)
     base = status.trials[0]
@@ -243,14 +249,16 @@ def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
     assert [e.reason for e in events].count("SearchEnded") == 1
     search = [t for t in status.trials if t.kind == "search"]
     assert len(search) == 4 and all(t.state in (TrialState.SUCCEEDED, TrialState.REJECTED) for t in search)
-    assert R.make_tuner(spec, status.trials).bans == []  # a failed confirmation bans no setting
+    assert records.make_tuner(spec, status.trials).bans == []  # a failed confirmation bans no setting
     cond = {c.type: c for c in status.conditions}["RewardGatePowered"]
     assert cond.status == "True" and cond.reason == "Resolved", cond.message
 
 
-def ok_reward(t, cfg, reward: float) -> L.Observation:
+def ok_reward(t, cfg, reward: float) -> lifecycle.Observation:
     """Finished at once with all its steps, as in_two_reports draws them."""
-    return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=reward, seed=len(t.id)))
+    return lifecycle.Observation(
+        placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=reward, seed=len(t.id))
+    )
 
 
 def in_two_reports(reward_of):
@@ -261,10 +269,12 @@ def in_two_reports(reward_of):
     def outcome(t, cfg):
         full = steps(truth(cfg), n=t.steps, reward=reward_of(t), seed=len(t.id))
         if t.kind != "confirm" or t.state != TrialState.RUNNING:
-            return L.Observation(placed=True, done=t.kind != "confirm", steps=full if t.kind != "confirm" else [])
+            return lifecycle.Observation(
+                placed=True, done=t.kind != "confirm", steps=full if t.kind != "confirm" else []
+            )
         seen[t.id] = seen.get(t.id, 0) + 1
         done = seen[t.id] > 1
-        return L.Observation(placed=True, done=done, steps=full if done else full[: t.steps // 2 + 1])
+        return lifecycle.Observation(placed=True, done=done, steps=full if done else full[: t.steps // 2 + 1])
 
     return outcome
 
@@ -274,7 +284,7 @@ def test_a_winner_clearly_within_the_tolerance_is_confirmed_at_the_interim_look(
     whose reward is already shown within the tolerance at alpha/2 and which beats the baseline is
     confirmed and its pods are torn down, so the rest of its steps are not paid for."""
     spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 12})
-    looks = G.confirmation_looks(spec.budget, spec.constraints)
+    looks = gates.confirmation_looks(spec.budget, spec.constraints)
     assert [(lk.steps, lk.final) for lk in looks] == [(6, False), (12, True)]
     assert abs(sum(lk.alpha for lk in looks) - spec.constraints.reward_test_alpha) < 1e-12  # Bonferroni
 
@@ -282,7 +292,7 @@ def test_a_winner_clearly_within_the_tolerance_is_confirmed_at_the_interim_look(
     conf = [t for t in status.trials if t.kind == "confirm"]
     assert status.phase == Phase.SUCCEEDED and status.best and status.best.confirmed, status.message
     assert conf[-1].state == TrialState.SUCCEEDED and "interim look after 6 of 12 steps" in conf[-1].reason
-    assert R.unflatten_summary(conf[-1].summary).steps == 5  # what it measured, scored at the look
+    assert records.unflatten_summary(conf[-1].summary).steps == 5  # what it measured, scored at the look
     assert "confirmed over 6 steps" in status.message, status.message
     # a confirmation first seen finished gets the same verdict: the looks do not depend on the polling
     at_once, _ = drive(spec, lambda t, cfg: ok_reward(t, cfg, 0.5))
@@ -296,15 +306,15 @@ def test_a_drop_is_never_confirmed_early_and_is_judged_at_full_length():
     status, _ = drive(spec, in_two_reports(lambda t: 0.5 * (0.92 if t.kind == "confirm" else 1.0)))
     conf = [t for t in status.trials if t.kind == "confirm"]
     assert conf and all(c.state == TrialState.REJECTED and "non-inferiority" in c.reason for c in conf)
-    assert all(R.unflatten_summary(c.summary).steps == 11 for c in conf)  # judged on all 12 steps
+    assert all(records.unflatten_summary(c.summary).steps == 11 for c in conf)  # judged on all 12 steps
     assert status.best is None
 
 
 def test_a_screening_confirmation_has_one_look():
     spec = job(budget={"confirmSteps": 12}, constraints={"rewardGate": "screen"})
-    assert [(lk.steps, lk.final) for lk in G.confirmation_looks(spec.budget, spec.constraints)] == [(12, True)]
+    assert [(lk.steps, lk.final) for lk in gates.confirmation_looks(spec.budget, spec.constraints)] == [(12, True)]
     short = job(budget={"confirmSteps": 6})  # 5 scored steps: 2 at half, too few for the trend-adjusted test
-    assert [(lk.steps, lk.final) for lk in G.confirmation_looks(short.budget, short.constraints)] == [(6, True)]
+    assert [(lk.steps, lk.final) for lk in gates.confirmation_looks(short.budget, short.constraints)] == [(6, True)]
 
 
 def test_the_screening_gate_keeps_the_baseline_short_and_says_what_it_holds():
@@ -317,7 +327,9 @@ def test_the_screening_gate_keeps_the_baseline_short_and_says_what_it_holds():
 
     def dropped(t, cfg):
         r = 0.5 * (0.92 if t.kind == "confirm" else 1.0)
-        return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=r, seed=len(t.id)))
+        return lifecycle.Observation(
+            placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward=r, seed=len(t.id))
+        )
 
     status, _ = drive(spec, dropped)
     assert status.trials[0].steps == 4
@@ -333,7 +345,9 @@ def test_the_reward_gates_power_is_stated_in_a_condition():
         )
 
         def noisy(t, cfg):
-            return L.Observation(placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward_sd=sd, seed=3))
+            return lifecycle.Observation(
+                placed=True, done=True, steps=steps(truth(cfg), n=t.steps, reward_sd=sd, seed=3)
+            )
 
         status, events = drive(spec, noisy)
         return {c.type: c for c in status.conditions}["RewardGatePowered"], events
@@ -355,10 +369,10 @@ def test_every_trial_runs_with_its_gpu_counts_stated():
     assert spec.baseline.gpus is None
     status, _ = drive(spec)
     for t in status.trials:
-        cfg = R.config_from_diff(spec.baseline, t.config)
+        cfg = records.config_from_diff(spec.baseline, t.config)
         assert cfg.gpus is not None, t.id
     base = next(t for t in status.trials if t.kind == "baseline")
-    assert R.config_from_diff(spec.baseline, base.config).gpus == spec.resources.gpu_budget == base.gpus
+    assert records.config_from_diff(spec.baseline, base.config).gpus == spec.resources.gpu_budget == base.gpus
 
 
 def test_a_winner_on_fewer_gpus_confirms_on_the_jobs_objective():
@@ -373,7 +387,7 @@ def test_a_winner_on_fewer_gpus_confirms_on_the_jobs_objective():
     def fewer_gpus_cost_less(t, cfg):
         slower = (32 / (cfg.gpus or 32)) ** 0.5  # half the GPUs: 1.41x the seconds, 0.71x the GPU-seconds
         phases = {k: v * slower for k, v in truth(cfg).items()}
-        return L.Observation(placed=True, done=True, steps=steps(phases, n=t.steps, seed=len(t.id)))
+        return lifecycle.Observation(placed=True, done=True, steps=steps(phases, n=t.steps, seed=len(t.id)))
 
     status, events = drive(spec, fewer_gpus_cost_less)
     assert status.phase == Phase.SUCCEEDED and status.best is not None, status.message
@@ -392,7 +406,7 @@ def test_the_baseline_is_never_confirmed_as_its_own_winner():
     def all_rejected(t, cfg):
         mismatch = 0.01 if t.kind == "baseline" else 0.2  # every search trial fails the mismatch gate
         obs = steps(truth(cfg), n=t.steps, noise=0.0, duration=300.0000004, mismatch=mismatch, seed=len(t.id))
-        return L.Observation(placed=True, done=True, steps=obs)
+        return lifecycle.Observation(placed=True, done=True, steps=obs)
 
     status, events = drive(spec, all_rejected)
     assert status.phase == Phase.SUCCEEDED and status.best is None and status.speedup == "1.00x", status.message
@@ -408,15 +422,15 @@ def test_a_step_out_of_time_proposes_from_what_it_weighed_and_says_so():
     Warning event; a later step that weighs the whole space in time clears the condition."""
     spec = job(budget={"maxTrials": 4, "parallelTrials": 2, "stepsPerTrial": 4, "confirmSteps": 0})
     now = 1_000_000.0
-    d = L.step(spec, RLTuningJobStatus(), {}, now, budget_seconds=60.0)
+    d = lifecycle.step(spec, RLTuningJobStatus(), {}, now, budget_seconds=60.0)
     assert [t.id for t in d.status.trials] == ["baseline"]
     assert not [c for c in d.status.conditions if c.type == "SearchTruncated"]  # no search yet, nothing to say
-    cfg = R.config_from_diff(spec.baseline, d.status.trials[0].config)
+    cfg = records.config_from_diff(spec.baseline, d.status.trials[0].config)
     done_baseline = {"baseline": ok(d.status.trials[0], cfg)}
     status = d.status
     events = []
     for i in range(2):  # the baseline is scored, the search starts, and has no time at all
-        d = L.step(spec, status, done_baseline if i == 0 else {}, now + 10 * (i + 1), budget_seconds=0.0)
+        d = lifecycle.step(spec, status, done_baseline if i == 0 else {}, now + 10 * (i + 1), budget_seconds=0.0)
         status, events = d.status, events + d.events
         assert status.phase == Phase.SEARCHING and not d.started and not status.completed_at
     cond = next(c for c in status.conditions if c.type == "SearchTruncated")
@@ -424,7 +438,7 @@ def test_a_step_out_of_time_proposes_from_what_it_weighed_and_says_so():
     assert "tickBudgetSeconds" in cond.message and "out of time" in cond.message
     warned = [e for e in events if e.reason == "SearchTruncated"]
     assert len(warned) == 1 and warned[0].type == "Warning"  # once, not every tick
-    d = L.step(spec, status, {}, now + 40, budget_seconds=600.0)
+    d = lifecycle.step(spec, status, {}, now + 40, budget_seconds=600.0)
     assert d.started and all(t.startswith("t") for t in d.started)
     cond = next(c for c in d.status.conditions if c.type == "SearchTruncated")
     assert cond.status == "False" and cond.reason == "Complete"

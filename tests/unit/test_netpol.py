@@ -20,9 +20,8 @@ from pydantic import ValidationError
 
 from rltune.api.models import RLTuningJobSpec
 from rltune.api.status import RLTuningJobStatus, TrialStatus
-from rltune.controller import netpol as NP
-from rltune.controller import pods as P
-from rltune.controller import rayjob as RJ
+from rltune.controller import netpol, rayjob
+from rltune.controller import pods as pod_manifests
 from rltune.controller.reconcile import Reconciler
 from rltune.settings import NetworkPeer, NetworkPolicySettings, OperatorSettings
 
@@ -76,7 +75,7 @@ def twin_spec(**budget) -> RLTuningJobSpec:
 
 def trial_pods(trial: str, gpus: int = 16) -> list[dict]:
     spec = twin_spec()
-    pods, svc = P.trial_manifests(
+    pods, svc = pod_manifests.trial_manifests(
         "team-a", "web", OWNER, spec, trial, spec.baseline.with_knobs({"gpus": gpus}), 4, 1, None, OperatorSettings()
     )
     assert svc is not None  # 16 GPUs on 8-GPU nodes: two ranks and their rendezvous Service
@@ -89,39 +88,48 @@ def ray_pods(trial: str) -> list[dict]:
 
     raw = yaml.safe_load((ROOT / "examples" / "verl-dapo-b300.yaml").read_text())["spec"]
     spec = registry.resolve(RLTuningJobSpec.model_validate(raw))
-    m = RJ.rayjob_manifest("team-a", "web", OWNER, spec, trial, spec.baseline, 5, "http://pgw:9091", OperatorSettings())
+    m = rayjob.rayjob_manifest(
+        "team-a", "web", OWNER, spec, trial, spec.baseline, 5, "http://pgw:9091", OperatorSettings()
+    )
     submitter = m["spec"]["submitterPodTemplate"]["metadata"]["labels"]
-    return [p["metadata"]["labels"] for p in RJ.pods_of(m)] + [submitter]
+    return [p["metadata"]["labels"] for p in rayjob.pods_of(m)] + [submitter]
 
 
 def test_the_policy_of_a_trial():
-    pol = NP.trial_policy("team-a", "web", "baseline", OWNER, NetworkPolicySettings())
+    pol = netpol.trial_policy("team-a", "web", "baseline", OWNER, NetworkPolicySettings())
     assert (pol["apiVersion"], pol["kind"]) == ("networking.k8s.io/v1", "NetworkPolicy")
     md = pol["metadata"]
     # the trial's deterministic name (a re-create after a crash is 409, as for its pods and Service)
-    assert md["name"] == "web-baseline" == P.service_name("web", "baseline") == NP.policy_name("web", "baseline")
+    assert (
+        md["name"]
+        == "web-baseline"
+        == pod_manifests.service_name("web", "baseline")
+        == netpol.policy_name("web", "baseline")
+    )
     assert md["namespace"] == "team-a"
-    assert md["labels"][P.LABEL_JOB] == "web" and md["labels"][P.LABEL_TRIAL] == "baseline"
+    assert md["labels"][pod_manifests.LABEL_JOB] == "web" and md["labels"][pod_manifests.LABEL_TRIAL] == "baseline"
     assert md["ownerReferences"] == [OWNER]  # the garbage collector takes it with the job
-    assert pol["spec"]["podSelector"] == {"matchLabels": {P.LABEL_JOB: "web", P.LABEL_TRIAL: "baseline"}}
+    assert pol["spec"]["podSelector"] == {
+        "matchLabels": {pod_manifests.LABEL_JOB: "web", pod_manifests.LABEL_TRIAL: "baseline"}
+    }
     assert pol["spec"]["policyTypes"] == ["Ingress"]
-    long = NP.trial_policy("team-a", "w" * 70, "c12-retry", None, NetworkPolicySettings())
+    long = netpol.trial_policy("team-a", "w" * 70, "c12-retry", None, NetworkPolicySettings())
     assert len(long["metadata"]["name"]) <= 63 and long["metadata"]["ownerReferences"] == []
-    assert NP.trial_policy("team-a", "web", "t1", OWNER, NetworkPolicySettings(enabled=False)) is None
+    assert netpol.trial_policy("team-a", "web", "t1", OWNER, NetworkPolicySettings(enabled=False)) is None
 
 
 def test_it_selects_every_pod_of_the_trial_and_no_other():
-    pol = NP.trial_policy("team-a", "web", "t2", OWNER, NetworkPolicySettings())
+    pol = netpol.trial_policy("team-a", "web", "t2", OWNER, NetworkPolicySettings())
     sel = pol["spec"]["podSelector"]
     mine = trial_pods("t2") + ray_pods("t2")
-    assert {p.get(P.LABEL_RANK) for p in mine} == {"0", "1", "worker", "submitter"}
+    assert {p.get(pod_manifests.LABEL_RANK) for p in mine} == {"0", "1", "worker", "submitter"}
     assert all(_selects(sel, p) for p in mine)
     assert not any(_selects(sel, p) for p in trial_pods("t3") + ray_pods("baseline"))
-    assert not _selects(sel, {P.LABEL_JOB: "web2", P.LABEL_TRIAL: "t2"})
+    assert not _selects(sel, {pod_manifests.LABEL_JOB: "web2", pod_manifests.LABEL_TRIAL: "t2"})
 
 
 def test_it_admits_the_trials_own_pods_kuberay_and_prometheus_and_nobody_else():
-    pol = NP.trial_policy("team-a", "web", "t2", OWNER, NetworkPolicySettings())
+    pol = netpol.trial_policy("team-a", "web", "t2", OWNER, NetworkPolicySettings())
     head = ray_pods("t2")[0]
     ns_a = {"kubernetes.io/metadata.name": "team-a"}
 
@@ -139,7 +147,7 @@ def test_it_admits_the_trials_own_pods_kuberay_and_prometheus_and_nobody_else():
     # namespace, and a pod with the trial's very labels in another namespace (another tenant's)
     for src in trial_pods("t3") + ray_pods("baseline"):
         assert not ok("team-a", ns_a, src)
-    assert not ok("team-a", ns_a, {P.LABEL_JOB: "other", P.LABEL_TRIAL: "t2"})
+    assert not ok("team-a", ns_a, {pod_manifests.LABEL_JOB: "other", pod_manifests.LABEL_TRIAL: "t2"})
     assert not ok("team-a", ns_a, {"app": "web"})
     assert not ok("team-b", {"kubernetes.io/metadata.name": "team-b"}, dict(head))
     assert not ok("team-b", {"kubernetes.io/metadata.name": "team-b"}, {"app.kubernetes.io/name": "kuberay"})
@@ -152,7 +160,7 @@ def test_the_chart_narrows_the_peers_to_their_namespaces():
         kuberay=NetworkPeer(namespace_selector=KUBERAY_NS, pod_selector={"app.kubernetes.io/name": "kuberay-operator"}),
         prometheus=NetworkPeer(namespace_selector=PROM_NS),  # any pod of the monitoring namespace
     )
-    pol = NP.trial_policy("team-a", "web", "t2", OWNER, s)
+    pol = netpol.trial_policy("team-a", "web", "t2", OWNER, s)
     head = ray_pods("t2")[0]
     assert admits(pol, "kuberay-system", KUBERAY_NS, KUBERAY_POD, "team-a", head)
     assert admits(pol, "monitoring", PROM_NS, {"app": "anything"}, "team-a", head)
@@ -226,14 +234,14 @@ def test_the_policy_comes_first_with_the_trial_and_is_dry_run_with_it():
 def test_no_pods_without_their_policy():
     """A policy whose create fails (the server busy): that trial's pods wait for the next tick (they
     are still missing then, so the whole trial is created again); another trial's are created."""
-    from rltune.tuner import lifecycle as L
+    from rltune.tuner import lifecycle
 
     cluster = Cluster(fail=("NetworkPolicy web-t1",))
     r = Reconciler(cluster, settings=OperatorSettings(pushgateway_url="http://pgw:9091"))
     t1, t2 = (TrialStatus(id=i, gpus=16, steps=4) for i in ("t1", "t2"))
     create = r._manifests(body(), twin_spec(), t1) + r._manifests(body(), twin_spec(), t2)
     before = RLTuningJobStatus()
-    r._commit(body(), before, L.Decisions(status=copy.deepcopy(before), teardown=["t0"]), create, None)
+    r._commit(body(), before, lifecycle.Decisions(status=copy.deepcopy(before), teardown=["t0"]), create, None)
     assert cluster.calls[0] == "delete_trial t0 u-1"  # the teardown names the job's UID
     t2_objects = [
         f"create {m['kind']} {m['metadata']['name']}" for m in create if m["metadata"]["name"].startswith("web-t2")
@@ -243,5 +251,5 @@ def test_no_pods_without_their_policy():
     assert t2_objects[0] == "create NetworkPolicy web-t2" and len(t2_objects) == 4
     cluster.fail = ()
     cluster.calls.clear()
-    r._commit(body(), before, L.Decisions(status=copy.deepcopy(before)), create, None)
+    r._commit(body(), before, lifecycle.Decisions(status=copy.deepcopy(before)), create, None)
     assert cluster.calls == [f"create {m['kind']} {m['metadata']['name']}" for m in create]

@@ -15,7 +15,7 @@ import yaml
 from bed import testbed
 from rltune.api.hardware import CATALOG
 from rltune.api.models import RLTuningJobSpec
-from rltune.controller import pods as P
+from rltune.controller import pods as pod_manifests
 from rltune.controller.placement import check_pool, pod_requests, quantity, why_not
 from rltune.settings import GpuPoolSettings, OperatorSettings
 
@@ -30,7 +30,7 @@ def make_spec(**resources) -> RLTuningJobSpec:
 
 
 def trial_pod_spec(spec: RLTuningJobSpec, settings: OperatorSettings | None = None, gpus: int = 8) -> dict:
-    pods, _ = P.trial_manifests(
+    pods, _ = pod_manifests.trial_manifests(
         "ns",
         "job",
         None,

@@ -16,7 +16,7 @@ import yaml
 import rltune.settings as settings_mod
 from rltune.api.hardware import CATALOG
 from rltune.api.models import RLTuningJobSpec
-from rltune.controller import pods as P
+from rltune.controller import pods as pod_manifests
 from rltune.controller.podsecurity import check_pod_template
 from rltune.settings import GpuPoolSettings, OperatorSettings, PodSecurityBounds, TrialDefaults
 
@@ -32,7 +32,7 @@ def make_spec(**resources) -> RLTuningJobSpec:
 
 def build(spec: RLTuningJobSpec, settings: OperatorSettings | None = None, gpus: int = 8) -> list[dict]:
     cfg = spec.baseline.with_knobs({"gpus": gpus})
-    pods, _ = P.trial_manifests(
+    pods, _ = pod_manifests.trial_manifests(
         "ns", "job", {"uid": "u"}, spec, "t1", cfg, 4, 1, "http://pgw", settings=settings or OperatorSettings()
     )
     return pods
@@ -121,7 +121,9 @@ def test_default_settings_used_when_none_passed(monkeypatch):
     )
     monkeypatch.setattr(settings_mod, "_current", custom)
     spec = make_spec()
-    pods, _ = P.trial_manifests("ns", "job", None, spec, "t1", spec.baseline.with_knobs({"gpus": 8}), 4, 1, None)
+    pods, _ = pod_manifests.trial_manifests(
+        "ns", "job", None, spec, "t1", spec.baseline.with_knobs({"gpus": 8}), 4, 1, None
+    )
     assert trial_container(pods[0])["resources"]["requests"]["cpu"] == "3"
     assert pods[0]["spec"]["nodeSelector"] == {"pool": "from-current"}
 
@@ -144,7 +146,7 @@ def test_restricted_security_context_on_pod_and_container():
 
 def test_trial_uid_matches_the_trial_image():
     dockerfile = (Path(__file__).resolve().parents[2] / "images" / "trial" / "Dockerfile").read_text()
-    assert f"USER {P.TRIAL_UID}" in dockerfile and f"--uid {P.TRIAL_UID}" in dockerfile
+    assert f"USER {pod_manifests.TRIAL_UID}" in dockerfile and f"--uid {pod_manifests.TRIAL_UID}" in dockerfile
 
 
 # --------------------------------------------------------------------------- podTemplate merge
@@ -223,7 +225,7 @@ def test_merge_keys_retain_keys_and_null():
         "volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "c"}}],
         "nodeSelector": {"y": None},
     }
-    out = P.merge_pod_spec(base, patch)
+    out = pod_manifests.merge_pod_spec(base, patch)
     c = out["containers"][0]
     assert c["ports"] == [{"containerPort": 80, "protocol": "TCP", "name": "http"}]
     assert c["volumeMounts"] == [{"name": "a", "mountPath": "/a", "readOnly": False}]
@@ -238,18 +240,24 @@ def test_merge_keys_retain_keys_and_null():
 
 
 def test_template_container_without_merge_key_names_the_field():
-    with pytest.raises(P.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.name: required"):
+    with pytest.raises(
+        pod_manifests.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.name: required"
+    ):
         build(make_spec(podTemplate={"containers": [{"image": "x"}]}))
-    with pytest.raises(P.PodTemplateError, match=r"containers\[0\]\.volumeMounts\[0\]\.mountPath"):
+    with pytest.raises(pod_manifests.PodTemplateError, match=r"containers\[0\]\.volumeMounts\[0\]\.mountPath"):
         build(make_spec(podTemplate={"containers": [{"name": "trial", "volumeMounts": [{"name": "v"}]}]}))
 
 
 def test_a_delete_directive_is_refused_not_honoured():
     """`{name: trial, $patch: delete}` used to remove the operator's restricted trial container."""
-    with pytest.raises(P.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.\$patch: "):
+    with pytest.raises(
+        pod_manifests.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.\$patch: "
+    ):
         build(make_spec(podTemplate={"containers": [{"name": "trial", "$patch": "delete"}]}))
-    with pytest.raises(P.PodTemplateError, match=r"podTemplate\.volumes\[0\]\.\$patch"):
-        P.merge_pod_spec({"volumes": [{"name": "v", "emptyDir": {}}]}, {"volumes": [{"name": "v", "$patch": "delete"}]})
+    with pytest.raises(pod_manifests.PodTemplateError, match=r"podTemplate\.volumes\[0\]\.\$patch"):
+        pod_manifests.merge_pod_spec(
+            {"volumes": [{"name": "v", "emptyDir": {}}]}, {"volumes": [{"name": "v", "$patch": "delete"}]}
+        )
 
 
 def test_every_container_of_the_merged_pod_is_restricted():

@@ -15,7 +15,7 @@ import yaml
 from rltune.adapters import registry
 from rltune.api.models import RLTuningJobSpec
 from rltune.controller import pods as PODS
-from rltune.controller import rayjob as RJ
+from rltune.controller import rayjob
 from rltune.controller.podsecurity import (
     Violation,
     check_job,
@@ -402,8 +402,8 @@ def verl_spec(**resources) -> RLTuningJobSpec:
 def created_pod_specs(spec: RLTuningJobSpec, settings: OperatorSettings) -> list[dict]:
     """The PodSpecs the operator would create for the job's baseline (Ray: the RayJob's pod templates)."""
     if registry.adapter_for(spec.workload.framework):
-        m = RJ.rayjob_manifest("ns", "j", None, spec, "t1", spec.baseline, 3, "http://pgw:9091", settings)
-        return [p["spec"] for p in RJ.pods_of(m)]
+        m = rayjob.rayjob_manifest("ns", "j", None, spec, "t1", spec.baseline, 3, "http://pgw:9091", settings)
+        return [p["spec"] for p in rayjob.pods_of(m)]
     pods, _ = PODS.trial_manifests("ns", "j", None, spec, "t1", spec.baseline, 3, 1, "http://pgw", settings=settings)
     return [p["spec"] for p in pods]
 

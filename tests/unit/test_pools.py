@@ -12,8 +12,7 @@ from test_tuner_fixtures import job, steps
 
 from rltune.api.models import GpuPool, RLTuningJobSpec, pool_spec
 from rltune.api.status import Phase, TrialState
-from rltune.tuner import Tuner
-from rltune.tuner import lifecycle as L
+from rltune.tuner import Tuner, lifecycle
 from rltune.tuner.forecast import TRANSFER_SD
 from rltune.tuner.pools import cost_per_step, offer_for
 from rltune.tuner.records import objective_of, unflatten_summary
@@ -125,7 +124,7 @@ def _drive_with_pool(slower_there: float, confirm_steps: int):
         if t.kind != "pool":
             return ok(t, cfg)
         there = {k: v * slower_there for k, v in truth(cfg).items()}
-        return L.Observation(placed=True, done=True, steps=steps(there, n=t.steps, seed=5))
+        return lifecycle.Observation(placed=True, done=True, steps=steps(there, n=t.steps, seed=5))
 
     return drive(spec, outcome)
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from rltune import settings as S
+from rltune import settings
 from rltune.controller import prom
 
 
 def test_defaults_without_a_file():
-    s = S.load(None, environ={})
+    s = settings.load(None, environ={})
     # no default endpoints (the test bed's ports are no production default): the operator says so
     assert s.prometheus.url is None and s.pushgateway_url is None
     assert [m.split(" (")[0] for m in s.missing()] == ["the Prometheus URL", "the Pushgateway URL"]
     assert s.namespaces == [] and s.pod_security.allow_host_path is False
-    assert s.gpu_pool.tolerations == [S.GPU_TOLERATION]
+    assert s.gpu_pool.tolerations == [settings.GPU_TOLERATION]
 
 
 def test_file_then_env_overrides(tmp_path):
@@ -24,11 +24,11 @@ def test_file_then_env_overrides(tmp_path):
         "namespaces: [team-a, team-b]\ngpuPool:\n  nodeSelector: {pool: b300}\n"
         "podSecurity: {allowHostPath: true}\n"
     )
-    s = S.load(str(f), environ={})
+    s = settings.load(str(f), environ={})
     assert s.prometheus.url == "https://prom.example:9090" and s.prometheus.ca_file == "/etc/ca.crt"
     assert s.namespaces == ["team-a", "team-b"] and s.gpu_pool.node_selector == {"pool": "b300"}
     assert s.pod_security.allow_host_path is True
-    s = S.load(str(f), environ={"RLTUNE_PROMETHEUS_URL": "http://other:9090"})
+    s = settings.load(str(f), environ={"RLTUNE_PROMETHEUS_URL": "http://other:9090"})
     assert s.prometheus.url == "http://other:9090" and s.prometheus.ca_file == "/etc/ca.crt"
 
 
@@ -46,27 +46,27 @@ def test_file_then_env_overrides(tmp_path):
 def test_bad_settings_name_the_value(tmp_path, text, names):
     f = tmp_path / "config.yaml"
     f.write_text(text)
-    with pytest.raises(S.SettingsError, match=names.replace(".", r"\.")):
-        S.load(str(f), environ={})
+    with pytest.raises(settings.SettingsError, match=names.replace(".", r"\.")):
+        settings.load(str(f), environ={})
 
 
 def test_the_tick_budget_is_a_setting_with_an_env_override():
-    assert S.load(None, environ={}).tick_budget_seconds == 5.0
-    assert S.load(None, environ={"RLTUNE_TICK_BUDGET_SECONDS": "2.5"}).tick_budget_seconds == 2.5
+    assert settings.load(None, environ={}).tick_budget_seconds == 5.0
+    assert settings.load(None, environ={"RLTUNE_TICK_BUDGET_SECONDS": "2.5"}).tick_budget_seconds == 2.5
 
 
 def test_bad_env_override_names_the_variable():
-    with pytest.raises(S.SettingsError, match="RLTUNE_POD_SECURITY"):
-        S.load(None, environ={"RLTUNE_POD_SECURITY": "{not json"})
+    with pytest.raises(settings.SettingsError, match="RLTUNE_POD_SECURITY"):
+        settings.load(None, environ={"RLTUNE_POD_SECURITY": "{not json"})
 
 
 def test_prometheus_token_goes_only_to_the_operators_own_prometheus(tmp_path):
     tok = tmp_path / "token"
     tok.write_text("s3cret\n")
-    old = S._current
+    old = settings._current
     try:
-        S.install(
-            S.OperatorSettings.model_validate(
+        settings.install(
+            settings.OperatorSettings.model_validate(
                 {"prometheus": {"url": "https://prom.example:9090", "bearerTokenFile": str(tok), "caFile": "/ca.crt"}}
             )
         )
@@ -78,7 +78,7 @@ def test_prometheus_token_goes_only_to_the_operators_own_prometheus(tmp_path):
         with pytest.raises(prom.MetricsError, match="bearerTokenFile"):
             prom._auth("https://prom.example:9090")
     finally:
-        S._current = old
+        settings._current = old
 
 
 def test_operator_refuses_to_start_unconfigured(monkeypatch, capsys):

@@ -14,7 +14,7 @@ import time
 import pytest
 
 from loopback import Loopback, Quiet
-from rltune.api import metrics as M
+from rltune.api import metrics as metrics_contract
 from rltune.api.models import RLTuningJobSpec, url_problem
 from rltune.controller import bounded_http, endpoints, prom
 from rltune.controller.reconcile import InvalidSpec, preflight, validate_spec
@@ -228,7 +228,7 @@ def test_metric_names_must_be_prometheus_names(bad):
 def test_queries_select_by_name_with_escaped_values():
     q = prom.trial_query('ns"x', "job\\", "t1", {"step_duration_seconds": "my:step_seconds"})
     assert q.startswith('{__name__=~"') and 'namespace="ns\\"x"' in q and 'rltune_job="job\\\\"' in q
-    assert "my:step_seconds" in q and M.SIGNATURE in q
+    assert "my:step_seconds" in q and metrics_contract.SIGNATURE in q
 
 
 # ------------------------------------------------------------------ signed metrics
@@ -237,15 +237,21 @@ def test_queries_select_by_name_with_escaped_values():
 def _step_samples(labels: dict, step: int, duration: float, key: str | None) -> list:
     lab = dict(labels, step=str(step))
     values = [("step_duration_seconds", "", duration), ("step_phase_seconds", "generation", duration / 2)]
-    out = [(M.name(c), dict(lab, phase=ph) if ph else dict(lab), v) for c, ph, v in values]
+    out = [(metrics_contract.name(c), dict(lab, phase=ph) if ph else dict(lab), v) for c, ph, v in values]
     if key is not None:
-        out.append((M.SIGNATURE, dict(lab, signature=M.step_signature(key, labels, step, values)), 1.0))
+        out.append(
+            (
+                metrics_contract.SIGNATURE,
+                dict(lab, signature=metrics_contract.step_signature(key, labels, step, values)),
+                1.0,
+            )
+        )
     return out
 
 
 def test_only_steps_signed_with_the_trials_key_are_scored():
     labels = {"namespace": "team-b", "rltune_job": "tune", "trial": "t1", "job": "rltune-trial"}
-    key = M.trial_key(b"operator secret", "team-b", "uid-b", "t1")
+    key = metrics_contract.trial_key(b"operator secret", "team-b", "uid-b", "t1")
     real = _step_samples(labels, 0, 300.0, key) + _step_samples(labels, 1, 290.0, key)
     # team A's pod pushes an absurdly fast step under B's labels, in its own group and unsigned
     spoof = _step_samples(dict(labels, instance="a"), 2, 1.0, None)
@@ -253,12 +259,17 @@ def test_only_steps_signed_with_the_trials_key_are_scored():
     forged = _step_samples(dict(labels, instance="b"), 3, 1.0, "guessed")
     tampered = [(n, dict(lab, instance="c"), v) for n, lab, v in _step_samples(labels, 1, 290.0, key)]
     tampered[0] = (tampered[0][0], tampered[0][1], 1.0)  # B's signature, a faster duration
-    v = M.verified(real + spoof + forged + tampered, key)
-    recs = M.records_from_samples(v.samples)
+    v = metrics_contract.verified(real + spoof + forged + tampered, key)
+    recs = metrics_contract.records_from_samples(v.samples)
     assert [(r.step, r.duration) for r in recs] == [(0, 300.0), (1, 290.0)]
     assert v.forged == 3
     # another trial's key (or another job of the same name: another UID) verifies nothing
-    assert M.verified(real, M.trial_key(b"operator secret", "team-b", "uid-b2", "t1")).samples == []
+    assert (
+        metrics_contract.verified(
+            real, metrics_contract.trial_key(b"operator secret", "team-b", "uid-b2", "t1")
+        ).samples
+        == []
+    )
 
 
 def test_the_exporters_signature_survives_the_text_format():
@@ -269,19 +280,21 @@ def test_the_exporters_signature_survives_the_text_format():
 
     from rltune.trial.exporter import TrialExporter
 
-    key = M.trial_key(b"s" * 32, "ns", "uid", "t1")
+    key = metrics_contract.trial_key(b"s" * 32, "ns", "uid", "t1")
     ex = TrialExporter("ns", "job", "t1", signing_key=key)
-    ex.record(M.StepRecord(step=0, duration=0.1 + 0.2, phases={"generation": 1 / 3}, reward=0.1, warmup=True))
+    ex.record(
+        metrics_contract.StepRecord(step=0, duration=0.1 + 0.2, phases={"generation": 1 / 3}, reward=0.1, warmup=True)
+    )
     ex.finish(ok=False, reason="CUDA out of memory")
     samples = [
         (s.name, dict(s.labels), s.value)
         for fam in text_string_to_metric_families(generate_latest(ex.registry).decode())
         for s in fam.samples
     ]
-    recs = M.records_from_samples(M.verified(samples, key).samples)
+    recs = metrics_contract.records_from_samples(metrics_contract.verified(samples, key).samples)
     assert len(recs) == 1 and recs[0].duration == 0.1 + 0.2 and recs[0].warmup
     info = next(lab for n, lab, _ in samples if n == "rltune_trial_info" and lab["reason"])
-    assert info["signature"] == M.reason_signature(
+    assert info["signature"] == metrics_contract.reason_signature(
         key, {"namespace": "ns", "rltune_job": "job", "trial": "t1"}, info["reason"]
     )
 
@@ -291,13 +304,16 @@ def test_the_bridges_signature_verifies():
 
     from rltune.adapters.bridge import TrialMetrics
 
-    key = M.trial_key(b"s" * 32, "ns", "uid", "t1")
+    key = metrics_contract.trial_key(b"s" * 32, "ns", "uid", "t1")
     tm = TrialMetrics("ns", "job", "t1", warmup_steps=1, signing_key=key)
-    tm.add(M.StepRecord(step=7, duration=12.25, phases={"generation": 9.5}), frozenset({"step_kv_cache_usage_ratio"}))
-    tm.add(M.StepRecord(step=8, duration=11.0, phases={"generation": 8.0}), frozenset())
+    tm.add(
+        metrics_contract.StepRecord(step=7, duration=12.25, phases={"generation": 9.5}),
+        frozenset({"step_kv_cache_usage_ratio"}),
+    )
+    tm.add(metrics_contract.StepRecord(step=8, duration=11.0, phases={"generation": 8.0}), frozenset())
     samples = [
         (s.name, dict(s.labels), s.value) for fam in text_string_to_metric_families(tm.render()) for s in fam.samples
     ]
-    v = M.verified(samples, key)
-    assert [r.duration for r in M.records_from_samples(v.samples)] == [12.25, 11.0] and v.forged == 0
-    assert M.verified(samples, "another").forged == 2
+    v = metrics_contract.verified(samples, key)
+    assert [r.duration for r in metrics_contract.records_from_samples(v.samples)] == [12.25, 11.0] and v.forged == 0
+    assert metrics_contract.verified(samples, "another").forged == 2

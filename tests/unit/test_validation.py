@@ -484,12 +484,12 @@ def test_gpu_counts_over_budget_stand_alone():
 
 def test_every_gpu_count_above_budget_leaves_no_configuration():
     """The space check itself, on a spec that bypassed the per-value checks (pydantic refuses it first)."""
-    from rltune.tuner import validation as V
+    from rltune.tuner import validation as spec_validation
     from rltune.tuner.search import Space
 
     spec = RLTuningJobSpec.model_validate(demo())
     ss = spec.search_space.model_copy(update={"knobs": {"gpus": [32, 64]}})
-    (p,) = V._some_valid_configuration(Space(spec.model_copy(update={"search_space": ss})))
+    (p,) = spec_validation._some_valid_configuration(Space(spec.model_copy(update={"search_space": ss})))
     assert p.field == "spec.searchSpace" and "every GPU count" in p.message
     assert "above spec.resources.gpuBudget=16" in p.message
 

@@ -55,7 +55,7 @@ from typing import Optional
 from urllib.parse import quote
 
 from rltune.adapters.logs import FIELDS, FRAMEWORKS, LogParser, parser_for, phase_key
-from rltune.api import metrics as M
+from rltune.api import metrics as metrics_contract
 from rltune.api.metrics import StepRecord
 
 INSTALL_MARKER = ".rltune-bridge"
@@ -147,7 +147,7 @@ class TrialMetrics:
         self.gpus = gpus
         self.names = names
         self.steps: list[tuple[StepRecord, frozenset[str]]] = []
-        self.state = M.TRIAL_RUNNING
+        self.state = metrics_contract.TRIAL_RUNNING
         self.reason = ""
         self.lock = threading.Lock()
 
@@ -175,7 +175,7 @@ class TrialMetrics:
 
     def finish(self, ok: bool, reason: str = "") -> None:
         with self.lock:
-            self.state = M.TRIAL_SUCCEEDED if ok else M.TRIAL_FAILED
+            self.state = metrics_contract.TRIAL_SUCCEEDED if ok else metrics_contract.TRIAL_FAILED
             self.reason = _one_line(reason)
 
     def missing(self) -> list[str]:
@@ -195,18 +195,18 @@ class TrialMetrics:
             def family(contract: str, kind: str, help_text: str, samples: list[tuple[dict, float]]) -> None:
                 if not samples:
                     return
-                n = M.name(contract, self.names)
+                n = metrics_contract.name(contract, self.names)
                 lines.append(f"# HELP {n} {help_text}")
                 lines.append(f"# TYPE {n} {kind}")
                 for extra, value in samples:
                     lines.append(f"{n}{self._lab(**extra)} {_num(value)}")
 
-            per: dict[str, list[tuple[dict, float]]] = {c: [] for c in M.STEP_METRICS}
+            per: dict[str, list[tuple[dict, float]]] = {c: [] for c in metrics_contract.STEP_METRICS}
             signatures: list[tuple[dict, float]] = []
             for rec, miss in self.steps:
                 s = str(rec.step)
                 values = [("step_duration_seconds", "", float(rec.duration))]
-                for phase in M.PHASES:
+                for phase in metrics_contract.PHASES:
                     if phase in rec.phases and phase_key(phase) not in miss:
                         values.append(("step_phase_seconds", phase, float(rec.phases[phase])))
                 for contract, attr in FIELDS.items():
@@ -216,22 +216,22 @@ class TrialMetrics:
                 for contract, phase, value in values:
                     per[contract].append(({"step": s, "phase": phase} if phase else {"step": s}, value))
                 if self.signing_key:
-                    sig = M.step_signature(self.signing_key, self.labels, rec.step, values)
+                    sig = metrics_contract.step_signature(self.signing_key, self.labels, rec.step, values)
                     signatures.append(({"step": s, "signature": sig}, 1.0))
-            for contract, help_text in M.STEP_METRICS.items():
+            for contract, help_text in metrics_contract.STEP_METRICS.items():
                 family(contract, "gauge", help_text, per[contract])
             if signatures:
-                lines.append(f"# HELP {M.SIGNATURE} {M.SIGNATURE_HELP}")
-                lines.append(f"# TYPE {M.SIGNATURE} gauge")
-                lines.extend(f"{M.SIGNATURE}{self._lab(**extra)} {_num(v)}" for extra, v in signatures)
-            T = M.TRIAL_METRICS
+                lines.append(f"# HELP {metrics_contract.SIGNATURE} {metrics_contract.SIGNATURE_HELP}")
+                lines.append(f"# TYPE {metrics_contract.SIGNATURE} gauge")
+                lines.extend(f"{metrics_contract.SIGNATURE}{self._lab(**extra)} {_num(v)}" for extra, v in signatures)
+            T = metrics_contract.TRIAL_METRICS
             family("trial_steps_total", "counter", T["trial_steps_total"], [({}, float(len(self.steps)))])
             if self.gpus is not None:
                 family("trial_gpus", "gauge", T["trial_gpus"], [({}, float(self.gpus))])
             family("trial_state", "gauge", T["trial_state"], [({}, float(self.state))])
             info = {"mode": self.mode, "reason": self.reason, "missing": ",".join(self.missing())}
             if self.signing_key and self.reason:
-                info["signature"] = M.reason_signature(self.signing_key, self.labels, self.reason)
+                info["signature"] = metrics_contract.reason_signature(self.signing_key, self.labels, self.reason)
             family("trial_info", "gauge", T["trial_info"], [(info, 1.0)])
             return "\n".join(lines) + "\n"
 
@@ -239,7 +239,7 @@ class TrialMetrics:
 def group_path(namespace: str, job: str, trial: str) -> str:
     """The Pushgateway path of the trial's group (values with '/' or empty: base64, as the API asks)."""
     parts = []
-    for k, v in (("job", M.PUSH_JOB), ("namespace", namespace), ("rltune_job", job), ("trial", trial)):
+    for k, v in (("job", metrics_contract.PUSH_JOB), ("namespace", namespace), ("rltune_job", job), ("trial", trial)):
         if not v or "/" in v:
             parts.append(f"{k}@base64/{base64.urlsafe_b64encode(v.encode()).decode() or '='}")
         else:
@@ -397,7 +397,7 @@ def run(args: argparse.Namespace, command: list[str]) -> int:
         mode=args.mode,
         gpus=args.gpus,
         names=names,
-        signing_key=os.environ.get(M.KEY_ENV),
+        signing_key=os.environ.get(metrics_contract.KEY_ENV),
     )
     # nothing is written to the user's stderr about it: the log passes through byte for byte
     mem, _ = gpu_memory_gib(args.gpu_memory_gib)

@@ -25,7 +25,7 @@ from typing import Any
 
 import yaml
 
-from . import models as M
+from . import models
 from .models import RLTuningJobSpec, knob_paths
 from .presets import PRESETS
 from .status import RLTuningJobStatus
@@ -243,22 +243,22 @@ def _tolerations(node: dict) -> None:
     item["properties"] = {
         "key": {
             "type": "string",
-            "maxLength": M.LABEL_KEY_MAX,
+            "maxLength": models.LABEL_KEY_MAX,
             "description": "Taint key the toleration matches; empty with operator Exists matches all.",
         },
         "operator": {
             "type": "string",
-            "enum": list(M.TOLERATION_OPERATORS),
+            "enum": list(models.TOLERATION_OPERATORS),
             "description": "Exists or Equal (default Equal).",
         },
         "value": {
             "type": "string",
-            "maxLength": M.LABEL_VALUE_MAX,
+            "maxLength": models.LABEL_VALUE_MAX,
             "description": "Taint value (empty with operator Exists).",
         },
         "effect": {
             "type": "string",
-            "enum": list(M.TOLERATION_EFFECTS) + [""],
+            "enum": list(models.TOLERATION_EFFECTS) + [""],
             "description": "Taint effect matched; empty matches all.",
         },
         "tolerationSeconds": {"type": "integer", "description": "NoExecute only: how long the pod stays bound."},
@@ -319,7 +319,7 @@ def spec_schema() -> dict:
         _rule("self == oldSelf", "workload.model is immutable: create a new RLTuningJob to tune another model"),
         *_model_rules(),
     ]
-    max_resp = M.TaskSpec().max_response_tokens
+    max_resp = models.TaskSpec().max_response_tokens
     _at(s, "workload.task")["x-kubernetes-validations"] = [
         _rule("self == oldSelf", "workload.task is immutable: the tuner never changes the experiment"),
         _rule(
@@ -333,43 +333,43 @@ def spec_schema() -> dict:
     # A percent (80, or 1 for "all") gets the fix in words; the schema's own bound message prints an
     # integer value's bound as an integer ("less than or equal to 0").
     _at(s, "baseline.rollout.gpuMemoryUtilization")["x-kubernetes-validations"] = [
-        _rule("self < 1.0", "spec.baseline." + M.FRACTION_MESSAGE),
+        _rule("self < 1.0", "spec.baseline." + models.FRACTION_MESSAGE),
     ]
     for f in ("prometheusUrl", "pushgatewayUrl"):
         _at(s, f"metrics.{f}")["x-kubernetes-validations"] = [
             _rule(
-                f"self.matches({_cel_str(M.URL_PATTERN)})",
-                f"spec.metrics.{f} {M.URL_SHAPE}",
+                f"self.matches({_cel_str(models.URL_PATTERN)})",
+                f"spec.metrics.{f} {models.URL_SHAPE}",
             ),
         ]
     _at(s, "metrics.names")["x-kubernetes-validations"] = [
         _rule(
-            "self.all(k, k in [" + ", ".join(f"'{c}'" for c in M.METRIC_CONTRACTS) + "])",
-            "spec.metrics.names: keys are rltune's contract names: " + ", ".join(M.METRIC_CONTRACTS),
+            "self.all(k, k in [" + ", ".join(f"'{c}'" for c in models.METRIC_CONTRACTS) + "])",
+            "spec.metrics.names: keys are rltune's contract names: " + ", ".join(models.METRIC_CONTRACTS),
         ),
         _rule(
-            f"self.all(k, self[k].matches({_cel_str(M.METRIC_NAME_PATTERN)}))",
-            f"spec.metrics.names: a value {M.METRIC_NAME_RULE}",
+            f"self.all(k, self[k].matches({_cel_str(models.METRIC_NAME_PATTERN)}))",
+            f"spec.metrics.names: a value {models.METRIC_NAME_RULE}",
         ),
     ]
     # Patterns as CEL rules rather than `pattern`: the API server then says what is wrong in words.
     _at(s, "resources.nodeSelector")["x-kubernetes-validations"] = [
         _rule(
-            f"self.all(k, k.size() <= {M.LABEL_KEY_MAX} && k.matches({_cel_str(M.LABEL_KEY_PATTERN)}) && "
-            f"(!k.contains('/') || k.indexOf('/') <= {M.LABEL_PREFIX_MAX}))",
+            f"self.all(k, k.size() <= {models.LABEL_KEY_MAX} && k.matches({_cel_str(models.LABEL_KEY_PATTERN)}) && "
+            f"(!k.contains('/') || k.indexOf('/') <= {models.LABEL_PREFIX_MAX}))",
             "spec.resources.nodeSelector keys must be label keys: [a DNS-subdomain prefix of at most 253 characters "
             "and '/'] then a name of at most 63 alphanumerics, '-', '_' or '.', beginning and ending alphanumeric "
             "(e.g. cloud.google.com/gke-nodepool)",
         ),
         _rule(
-            f"self.all(k, self[k].matches({_cel_str(M.LABEL_VALUE_PATTERN)}))",
+            f"self.all(k, self[k].matches({_cel_str(models.LABEL_VALUE_PATTERN)}))",
             "spec.resources.nodeSelector values must be label values: empty, or at most 63 alphanumerics, '-', '_' "
             "or '.', beginning and ending alphanumeric",
         ),
     ]
     _at(s, "workload.env")["items"]["x-kubernetes-validations"] = [
         _rule(
-            f"self.name.matches({_cel_str(M.ENV_NAME_PATTERN)})",
+            f"self.name.matches({_cel_str(models.ENV_NAME_PATTERN)})",
             "spec.workload.env[].name must be printable ASCII characters other than '=' (the value goes in value)",
             ".name",
         ),

@@ -25,7 +25,7 @@ from typing import Optional
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..api import metrics as M
+from ..api import metrics
 from ..api.models import TrialSpec
 from ..tuner.backend import TrialObservation
 
@@ -113,10 +113,10 @@ class LocalBackend:
         except Exception:  # noqa: BLE001 - not up yet, or already gone
             pass
         if samples is not None:
-            t.steps = M.records_from_samples(samples, self.names)
+            t.steps = metrics.records_from_samples(samples, self.names)
             state, reason = self._state(samples)
-            if state in (M.TRIAL_SUCCEEDED, M.TRIAL_FAILED):
-                ok = state == M.TRIAL_SUCCEEDED
+            if state in (metrics.TRIAL_SUCCEEDED, metrics.TRIAL_FAILED):
+                ok = state == metrics.TRIAL_SUCCEEDED
                 self._stop(t)
                 t.final = TrialObservation(
                     "succeeded" if ok else "failed",
@@ -152,7 +152,7 @@ class LocalBackend:
     # ------------------------------------------------------------------ helpers
     def _state(self, samples) -> tuple[Optional[int], str]:
         state, reason = None, ""
-        sname, iname = M.name("trial_state", self.names), M.name("trial_info", self.names)
+        sname, iname = metrics.name("trial_state", self.names), metrics.name("trial_info", self.names)
         for n, labels, v in samples:
             if n == sname:
                 state = int(v)

@@ -12,9 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..api.crdgen import GROUP, PLURAL, VERSION
-from . import netpol as NP
-from . import pods as P
-from . import rayjob as RJ
+from . import netpol, pods, rayjob
 from .reconcile import Conflict, Refusal
 
 log = logging.getLogger("rltune.controller")
@@ -120,7 +118,7 @@ class KubeCluster:
             )
 
     def list_trial_pods(self, namespace: str, job: str) -> list[dict]:
-        res = self.core.list_namespaced_pod(namespace, label_selector=f"{P.LABEL_JOB}={job}")
+        res = self.core.list_namespaced_pod(namespace, label_selector=f"{pods.LABEL_JOB}={job}")
         return [self.api.sanitize_for_serialization(p) for p in res.items]
 
     def _create(self, manifest: dict, **kw) -> None:
@@ -129,9 +127,9 @@ class KubeCluster:
             self.core.create_namespaced_pod(ns, manifest, **kw)
         elif kind == "Service":
             self.core.create_namespaced_service(ns, manifest, **kw)
-        elif kind == RJ.KIND:
-            self.custom.create_namespaced_custom_object(RJ.GROUP, RJ.VERSION, ns, RJ.PLURAL, manifest, **kw)
-        elif kind == NP.KIND:
+        elif kind == rayjob.KIND:
+            self.custom.create_namespaced_custom_object(rayjob.GROUP, rayjob.VERSION, ns, rayjob.PLURAL, manifest, **kw)
+        elif kind == netpol.KIND:
             self.networking.create_namespaced_network_policy(ns, manifest, **kw)
         else:
             raise ValueError(kind)
@@ -141,7 +139,10 @@ class KubeCluster:
         now = time.monotonic()
         if self._kuberay is None or now - self._kuberay[0] > KUBERAY_CACHE_SECONDS:
             try:
-                found = any(r.name == RJ.PLURAL for r in self.custom.get_api_resources(RJ.GROUP, RJ.VERSION).resources)
+                found = any(
+                    r.name == rayjob.PLURAL
+                    for r in self.custom.get_api_resources(rayjob.GROUP, rayjob.VERSION).resources
+                )
             except ApiException as e:
                 if e.status != 404:
                     raise
@@ -151,14 +152,15 @@ class KubeCluster:
 
     def serves_localqueues(self) -> bool:
         """Whether Kueue's LocalQueue kind (kueue.x-k8s.io/v1beta1) is installed; checked once a minute."""
-        from . import kueue as K
+        from . import kueue
 
         now = time.monotonic()
         cached = getattr(self, "_kueue", None)
         if cached is None or now - cached[0] > KUBERAY_CACHE_SECONDS:
             try:
                 found = any(
-                    r.name == K.LOCALQUEUES for r in self.custom.get_api_resources(K.GROUP, K.VERSION).resources
+                    r.name == kueue.LOCALQUEUES
+                    for r in self.custom.get_api_resources(kueue.GROUP, kueue.VERSION).resources
                 )
             except ApiException as e:
                 if e.status != 404:
@@ -172,7 +174,7 @@ class KubeCluster:
         if not self.serves_rayjobs():
             return []
         res = self.custom.list_namespaced_custom_object(
-            RJ.GROUP, RJ.VERSION, namespace, RJ.PLURAL, label_selector=f"{P.LABEL_JOB}={job}"
+            rayjob.GROUP, rayjob.VERSION, namespace, rayjob.PLURAL, label_selector=f"{pods.LABEL_JOB}={job}"
         )
         return res.get("items", [])
 
@@ -191,13 +193,13 @@ class KubeCluster:
         (a Ray pod: where its owner is the RayCluster or the submitter Job of a RayJob the job owns), and
         deleted with a precondition on its own UID: an object of the same name that someone else made
         (a Service `web-baseline` of another workload beside a job `web`), or made anew meanwhile, stays."""
-        sel = f"{P.LABEL_JOB}={job},{P.LABEL_TRIAL}={trial}"
+        sel = f"{pods.LABEL_JOB}={job},{pods.LABEL_TRIAL}={trial}"
         try:
             ray_owners: set[tuple[str, str, str]] = set()  # (apiVersion, kind, name) owning the trial's Ray pods
             if self.serves_rayjobs():
                 # first, so that KubeRay does not re-create the pods deleted below
                 res = self.custom.list_namespaced_custom_object(
-                    RJ.GROUP, RJ.VERSION, namespace, RJ.PLURAL, label_selector=sel
+                    rayjob.GROUP, rayjob.VERSION, namespace, rayjob.PLURAL, label_selector=sel
                 )
                 for rj in res.get("items", []):
                     md = rj.get("metadata") or {}
@@ -206,13 +208,13 @@ class KubeCluster:
                     ray_owners.add(("batch/v1", "Job", md["name"]))  # K8sJobMode: the submitter Job, named so
                     cluster = (rj.get("status") or {}).get("rayClusterName")
                     if cluster:
-                        ray_owners.add((RJ.API_VERSION, "RayCluster", cluster))
+                        ray_owners.add((rayjob.API_VERSION, "RayCluster", cluster))
                     _gone(
                         lambda md=md: self.custom.delete_namespaced_custom_object(
-                            RJ.GROUP,
-                            RJ.VERSION,
+                            rayjob.GROUP,
+                            rayjob.VERSION,
                             namespace,
-                            RJ.PLURAL,
+                            rayjob.PLURAL,
                             md["name"],
                             body=_precondition(md["uid"], "Background"),
                         )

@@ -29,18 +29,18 @@ from __future__ import annotations
 from typing import Optional
 
 from ..settings import NetworkPeer, NetworkPolicySettings
-from . import pods as P
+from . import pods
 
 API_VERSION = "networking.k8s.io/v1"
 KIND = "NetworkPolicy"
 
 
 def policy_name(job: str, trial: str) -> str:
-    return P.service_name(job, trial)
+    return pods.service_name(job, trial)
 
 
 def trial_selector(job: str, trial: str) -> dict[str, str]:
-    return {P.LABEL_JOB: job, P.LABEL_TRIAL: trial}
+    return {pods.LABEL_JOB: job, pods.LABEL_TRIAL: trial}
 
 
 def _peer(peer: NetworkPeer) -> dict:

@@ -57,7 +57,7 @@ from ..api.metrics import KEY_ENV
 from ..api.models import RLConfig, RLTuningJobSpec, trial_spec_for
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
-from . import kueue as K
+from . import kueue
 
 LABEL_JOB = "rltune.io/job"
 LABEL_TRIAL = "rltune.io/trial"
@@ -401,9 +401,9 @@ def trial_manifests(
                 "spec": pod_spec,
             }
         )
-    queue = K.queue_for(spec, settings)
+    queue = kueue.queue_for(spec, settings)
     if queue:  # one Kueue workload: the trial's pods are admitted all-or-nothing (controller/kueue.py)
-        K.pod_group(pods, queue, service_name(job, trial), spec.resources.priority_class_name)
+        kueue.pod_group(pods, queue, service_name(job, trial), spec.resources.priority_class_name)
     return pods, svc
 
 

@@ -66,8 +66,8 @@ from typing import Any, Iterable, Optional
 from ..adapters.registry import adapter_for
 from ..api.models import RLTuningJobSpec
 from ..settings import OperatorSettings, PodSecurityBounds
-from . import pods as P
-from . import rayjob as RJ
+from . import pods as pod_manifests
+from . import rayjob
 
 PREFIX = "spec.resources.podTemplate"
 CHART = "the rltune chart's values"
@@ -318,7 +318,7 @@ def _check_directives(node: Any, at: str, out: list[Violation]) -> None:
     if isinstance(node, dict):
         for k, v in node.items():
             if isinstance(k, str) and k.startswith("$"):
-                out.append(Violation(f"{at}.{k}", P.DIRECTIVE_REFUSED))
+                out.append(Violation(f"{at}.{k}", pod_manifests.DIRECTIVE_REFUSED))
             else:
                 _check_directives(v, f"{at}.{k}", out)
     elif isinstance(node, list):
@@ -639,7 +639,7 @@ def _trace(rel: str, merged: Any, template: Any) -> Optional[str]:
     """The template's path of the merged pod's field `rel` (e.g. `.containers[1].securityContext`):
     list items are matched by their merge key (pods.py's strategic merge), replaced lists by index.
     None: the template does not set it (the value is the operator's own)."""
-    m, t, lists = merged, template, P._POD_LISTS
+    m, t, lists = merged, template, pod_manifests._POD_LISTS
     key: Optional[str] = None
     sub: dict = {}
     out = ""
@@ -695,8 +695,10 @@ def trial_pod_specs(spec: RLTuningJobSpec, settings: OperatorSettings) -> list[d
     pods.PodTemplateError when the template cannot be merged."""
     if adapter_for(spec.workload.framework) is not None:
         gpus = spec.resources.gpus_per_node
-        return [RJ._pod_template(spec, settings, {}, gpus, {}, head=head)["spec"] for head in (True, False)]
-    pods, _ = P.trial_manifests("preflight", "job", None, spec, "preflight", spec.baseline, 1, 0, None, settings)
+        return [rayjob._pod_template(spec, settings, {}, gpus, {}, head=head)["spec"] for head in (True, False)]
+    pods, _ = pod_manifests.trial_manifests(
+        "preflight", "job", None, spec, "preflight", spec.baseline, 1, 0, None, settings
+    )
     return [pods[0]["spec"]]
 
 

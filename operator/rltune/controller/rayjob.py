@@ -35,8 +35,7 @@ from ..api.metrics import KEY_ENV
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
-from . import kueue as K
-from . import pods as P
+from . import kueue, pods
 
 API_VERSION = "ray.io/v1"
 KIND = "RayJob"
@@ -52,7 +51,7 @@ SUBMITTER_RETRIES = 6
 
 
 def rayjob_name(job: str, trial: str) -> str:
-    return P.dns_name(job, trial, limit=NAME_LIMIT)
+    return pods.dns_name(job, trial, limit=NAME_LIMIT)
 
 
 def entrypoint(
@@ -102,14 +101,14 @@ def _pod_template(
         "name": "trial",
         "image": wl.image,
         "env": env,
-        "resources": P.container_resources(spec, settings, gpus),
+        "resources": pods.container_resources(spec, settings, gpus),
         # the framework image's own user (Ray images run as uid 1000); the rest of "restricted"
-        "securityContext": copy.deepcopy(P.RESTRICTED_CONTAINER_SECURITY),
+        "securityContext": copy.deepcopy(pods.RESTRICTED_CONTAINER_SECURITY),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     pod: dict[str, Any] = {
         "containers": [container],
-        "tolerations": P.tolerations_for(spec, settings),
+        "tolerations": pods.tolerations_for(spec, settings),
         "enableServiceLinks": False,
         "automountServiceAccountToken": False,
         "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
@@ -124,15 +123,15 @@ def _pod_template(
                 "command": ["python", "-m", "rltune.adapters.bridge", "--install", BRIDGE_DIR],
                 "volumeMounts": [{"name": BRIDGE_VOLUME, "mountPath": BRIDGE_DIR}],
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
-                "securityContext": copy.deepcopy(P.RESTRICTED_CONTAINER_SECURITY),
+                "securityContext": copy.deepcopy(pods.RESTRICTED_CONTAINER_SECURITY),
             }
         ]
-    selector = P.pool_selector(spec, settings)
+    selector = pods.pool_selector(spec, settings)
     if selector:
         pod["nodeSelector"] = selector
-    if P.uses_gpu_resource(spec) and spec.resources.gpu_product_affinity:
-        pod["affinity"] = P.product_affinity(spec.resources.gpu_type)
-    pod = P.apply_template(pod, spec.resources.pod_template)
+    if pods.uses_gpu_resource(spec) and spec.resources.gpu_product_affinity:
+        pod["affinity"] = pods.product_affinity(spec.resources.gpu_type)
+    pod = pods.apply_template(pod, spec.resources.pod_template)
     return {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod}
 
 
@@ -155,13 +154,13 @@ def rayjob_manifest(
     lay = spec.layout(config)
     gpus, nodes, per_node = lay.gpus, lay.nodes, spec.resources.gpus_per_node
     labels = {
-        P.LABEL_JOB: job,
-        P.LABEL_TRIAL: trial,
+        pods.LABEL_JOB: job,
+        pods.LABEL_TRIAL: trial,
         "app.kubernetes.io/name": "rltune-trial",
         "app.kubernetes.io/managed-by": "rltune",
     }
-    notes = {P.ANNOTATION_GPUS: str(gpus)}
-    head = _pod_template(spec, settings, labels | {P.LABEL_RANK: "0"}, min(gpus, per_node), notes, head=True)
+    notes = {pods.ANNOTATION_GPUS: str(gpus)}
+    head = _pod_template(spec, settings, labels | {pods.LABEL_RANK: "0"}, min(gpus, per_node), notes, head=True)
     if metrics_key:
         trial_container = next(c for c in head["spec"]["containers"] if c.get("name") == "trial")
         trial_container.setdefault("env", []).append({"name": KEY_ENV, "value": metrics_key})
@@ -172,7 +171,7 @@ def rayjob_manifest(
         "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": head},
     }
     if nodes > 1:
-        worker = _pod_template(spec, settings, labels | {P.LABEL_RANK: "worker"}, per_node, notes, head=False)
+        worker = _pod_template(spec, settings, labels | {pods.LABEL_RANK: "worker"}, per_node, notes, head=False)
         cluster["workerGroupSpecs"] = [
             {
                 "groupName": WORKER_GROUP,
@@ -184,7 +183,7 @@ def rayjob_manifest(
             }
         ]
     submitter = {
-        "metadata": {"labels": labels | {P.LABEL_RANK: "submitter"}},
+        "metadata": {"labels": labels | {pods.LABEL_RANK: "submitter"}},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
@@ -196,7 +195,7 @@ def rayjob_manifest(
                     "name": "ray-job-submitter",
                     "image": spec.workload.image,
                     "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-                    "securityContext": copy.deepcopy(P.RESTRICTED_CONTAINER_SECURITY),
+                    "securityContext": copy.deepcopy(pods.RESTRICTED_CONTAINER_SECURITY),
                 }
             ],
         },
@@ -224,9 +223,9 @@ def rayjob_manifest(
             "submitterPodTemplate": submitter,
         },
     }
-    queue = K.queue_for(spec, settings)
+    queue = kueue.queue_for(spec, settings)
     if queue:  # Kueue's ray.io/rayjob integration admits the whole RayJob (controller/kueue.py)
-        K.queued_rayjob(manifest, queue, spec.resources.priority_class_name)
+        kueue.queued_rayjob(manifest, queue, spec.resources.priority_class_name)
     return manifest
 
 
@@ -258,7 +257,7 @@ def pods_of(manifest: dict) -> list[dict]:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
-                "name": P.dns_name(md["name"], group),
+                "name": pods.dns_name(md["name"], group),
                 "namespace": md["namespace"],
                 "labels": dict(g["template"]["metadata"].get("labels") or {}),
             },

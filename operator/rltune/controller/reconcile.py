@@ -27,13 +27,9 @@ from ..api.models import RLTuningJobSpec
 from ..api.status import ACTIVE_STATES, FailureCause, Phase, RLTuningJobStatus, TrialState, TrialStatus
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
-from ..tuner import lifecycle as L
-from ..tuner import records as R
-from . import endpoints, placement, podsecurity, prom, trialkeys
-from . import kueue as K
-from . import netpol as NP
-from . import pods as P
-from . import rayjob as RJ
+from ..tuner import lifecycle, records
+from . import endpoints, kueue, netpol, placement, podsecurity, prom, rayjob, trialkeys
+from . import pods as pod_manifests
 
 log = logging.getLogger("rltune.controller")
 
@@ -94,7 +90,7 @@ class Refusal:
 
 
 # the namespace's quota is full: no refusal of the spec, the trial's pods are created later
-QUOTA_FULL = L.Refusal(FailureCause.POD_REJECTED, "quota full")
+QUOTA_FULL = lifecycle.Refusal(FailureCause.POD_REJECTED, "quota full")
 
 
 class Cluster(Protocol):
@@ -162,7 +158,7 @@ def validate_spec(raw: dict) -> RLTuningJobSpec:
     except ValueError as e:
         raise InvalidSpec(str(e), "InvalidCommand") from None
     b = spec.baseline
-    if b.placement == "disaggregated" and b.trainer_gpus is not None and b.trainer_gpus >= R.gpus_of(spec, b):
+    if b.placement == "disaggregated" and b.trainer_gpus is not None and b.trainer_gpus >= records.gpus_of(spec, b):
         raise InvalidSpec("spec.baseline.trainerGpus must be fewer than baseline.gpus when placement is disaggregated")
     return spec
 
@@ -187,7 +183,7 @@ def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
         raise InvalidSpec("; ".join(problems[:4]))
     try:  # the podTemplate, the job's tolerations and priority class, and the trial pods it makes
         bad = podsecurity.check_job(spec, settings)
-    except P.PodTemplateError as e:
+    except pod_manifests.PodTemplateError as e:
         raise InvalidSpec(str(e), "InvalidPodTemplate") from None
     if bad:
         raise InvalidSpec("; ".join(f"{v.field}: {v.message}" for v in bad[:4]), "PodSecurityViolation")
@@ -278,38 +274,40 @@ class Reconciler:
             spec = validate_spec(body.get("spec") or {})
             preflight(spec, self.settings)
         except InvalidSpec as e:
-            d = L.refuse_spec(status, e.reason, str(e), gen, now)
+            d = lifecycle.refuse_spec(status, e.reason, str(e), gen, now)
             self._commit(body, status, d, [], spec=None)
             return d.status.phase
         on_ray = adapter_for(spec.workload.framework) is not None
         if on_ray and not self.cluster.serves_rayjobs():
-            d = L.wait_for(
+            d = lifecycle.wait_for(
                 status, "RayAvailable", "KubeRayMissing", NO_KUBERAY.format(spec.workload.framework), gen, now
             )
             self._commit(body, status, d, [], spec)
             return d.status.phase
-        queue = K.queue_for(spec, self.settings)
+        queue = kueue.queue_for(spec, self.settings)
         if queue and not self.cluster.serves_localqueues():
-            d = L.wait_for(status, "QueueAvailable", "KueueMissing", K.NO_KUEUE.format(queue), gen, now)
+            d = lifecycle.wait_for(status, "QueueAvailable", "KueueMissing", kueue.NO_KUEUE.format(queue), gen, now)
             self._commit(body, status, d, [], spec)
             return d.status.phase
         if queue:
             msg = f"trials are admitted through the Kueue LocalQueue {queue}"
-            L.set_condition(status, "QueueAvailable", "True", "Kueue", msg, gen, now)
+            lifecycle.set_condition(status, "QueueAvailable", "True", "Kueue", msg, gen, now)
         pods_by_trial: dict[str, list[dict]] = defaultdict(list)
         for p in self.cluster.list_trial_pods(namespace, name) if pods is None else pods:
-            pods_by_trial[p["metadata"]["labels"].get(P.LABEL_TRIAL, "")].append(p)
+            pods_by_trial[p["metadata"]["labels"].get(pod_manifests.LABEL_TRIAL, "")].append(p)
         if not on_ray:
             rayjobs = []
         elif rayjobs is None:
             rayjobs = self.cluster.list_rayjobs(namespace, name)
-        rayjobs = {r["metadata"]["labels"].get(P.LABEL_TRIAL, ""): r for r in rayjobs}
+        rayjobs = {r["metadata"]["labels"].get(pod_manifests.LABEL_TRIAL, ""): r for r in rayjobs}
         if on_ray:
-            L.set_condition(status, "RayAvailable", "True", "KubeRay", "trials run as KubeRay RayJobs", gen, now)
+            lifecycle.set_condition(
+                status, "RayAvailable", "True", "KubeRay", "trials run as KubeRay RayJobs", gen, now
+            )
         observations = self._observe(spec, status, pods_by_trial, body, rayjobs)
         # the tick's time budget for the search (docs/operator.md 'Bounded work per job'), shared by its steps
         tick_end = time.monotonic() + self.settings.tick_budget_seconds
-        d = L.step(spec, status, observations, now, gen, self.settings.tick_budget_seconds)
+        d = lifecycle.step(spec, status, observations, now, gen, self.settings.tick_budget_seconds)
         # pods of trials that are no longer active (and leftovers of a crash after a status write)
         active = {t.id for t in d.status.trials if t.state.is_active}
         # (a trial whose pods and RayJob are all being deleted already is not torn down again)
@@ -321,26 +319,26 @@ class Reconciler:
         # pods of Pending trials that have none yet, once the cluster says they can exist
         create: list[dict] = []
         for _ in range(3):  # a refused trial may make the search start another one: check it too
-            refused: dict[str, L.Observation] = {}
+            refused: dict[str, lifecycle.Observation] = {}
             create = []
             for t in d.status.trials:
                 missing = (
                     t.id not in rayjobs
                     if on_ray
                     else len(pods_by_trial.get(t.id, []))
-                    < P.ranks_for(t.gpus or 1, R.spec_of_trial(spec, t).resources.gpus_per_node)
+                    < pod_manifests.ranks_for(t.gpus or 1, records.spec_of_trial(spec, t).resources.gpus_per_node)
                 )
                 if t.state == TrialState.PENDING and missing:
-                    tspec = R.spec_of_trial(spec, t)  # a pool trial runs in its pool
+                    tspec = records.spec_of_trial(spec, t)  # a pool trial runs in its pool
                     manifests = self._manifests(body, tspec, t)
                     r = self._refusal(manifests, tspec.resources.gpus_per_node)
                     if r is None:
                         create.extend(manifests)
                     elif r is not QUOTA_FULL:  # a full quota: stays Pending, scheduleTimeoutSeconds applies
-                        refused[t.id] = L.Observation(refused=r)
+                        refused[t.id] = lifecycle.Observation(refused=r)
             if not refused:
                 break
-            d = d.then(L.step(spec, d.status, refused, now, gen, max(0.0, tick_end - time.monotonic())))
+            d = d.then(lifecycle.step(spec, d.status, refused, now, gen, max(0.0, tick_end - time.monotonic())))
         self._commit(body, status, d, create, spec)
         return d.status.phase
 
@@ -353,7 +351,7 @@ class Reconciler:
         pods_by_trial: dict[str, list[dict]],
         body: dict,
         rayjobs: dict[str, dict],
-    ) -> dict[str, L.Observation]:
+    ) -> dict[str, lifecycle.Observation]:
         """What the pods and Prometheus say of each active trial. Metrics are read only where the
         lifecycle needs them: trials being scored, finishing, search trials (candidates for early stop) and
         confirmations (the interim look)."""
@@ -369,28 +367,30 @@ class Reconciler:
         def left() -> float:
             return min(QUERY_TIMEOUT_S, deadline - time.monotonic())
 
-        out: dict[str, L.Observation] = {}
+        out: dict[str, lifecycle.Observation] = {}
         for t in status.trials:
             if not t.state.is_active:
                 continue
             key = trialkeys.key_for(self.settings, namespace, uid, t.id)
             pods = pods_by_trial.get(t.id, [])
-            n = P.ranks_for(t.gpus or 1, R.spec_of_trial(spec, t).resources.gpus_per_node)
+            n = pod_manifests.ranks_for(t.gpus or 1, records.spec_of_trial(spec, t).resources.gpus_per_node)
             if t.id in rayjobs or adapter_for(spec.workload.framework) is not None:
                 # a RayJob: the head and workers hold the GPUs; the Ray job's status says how it ended
-                pods = [p for p in pods if p["metadata"]["labels"].get(P.LABEL_RANK) != "submitter"]
-                ok, why = RJ.outcome(rayjobs.get(t.id))
-                failed = [p for p in pods if P.pod_phase(p) == "Failed"]
-                placed = len(pods) >= n and all(P.is_scheduled(p) for p in pods)
+                pods = [p for p in pods if p["metadata"]["labels"].get(pod_manifests.LABEL_RANK) != "submitter"]
+                ok, why = rayjob.outcome(rayjobs.get(t.id))
+                failed = [p for p in pods if pod_manifests.pod_phase(p) == "Failed"]
+                placed = len(pods) >= n and all(pod_manifests.is_scheduled(p) for p in pods)
                 done = t.state != TrialState.PENDING and ok
-                failure = why or (P.failure_reason(failed[0]) if failed else "")
+                failure = why or (pod_manifests.failure_reason(failed[0]) if failed else "")
                 lost = False  # KubeRay re-creates lost Ray pods itself
             else:
-                rank0 = next((p for p in pods if p["metadata"]["labels"].get(P.LABEL_RANK) == "0"), None)
-                failed = [p for p in pods if P.pod_phase(p) == "Failed"]
-                placed = len(pods) >= n and all(P.is_scheduled(p) for p in pods)
-                done = t.state != TrialState.PENDING and (rank0 is None or P.pod_phase(rank0) == "Succeeded")
-                failure = P.failure_reason(failed[0]) if failed else ""
+                rank0 = next((p for p in pods if p["metadata"]["labels"].get(pod_manifests.LABEL_RANK) == "0"), None)
+                failed = [p for p in pods if pod_manifests.pod_phase(p) == "Failed"]
+                placed = len(pods) >= n and all(pod_manifests.is_scheduled(p) for p in pods)
+                done = t.state != TrialState.PENDING and (
+                    rank0 is None or pod_manifests.pod_phase(rank0) == "Succeeded"
+                )
+                failure = pod_manifests.failure_reason(failed[0]) if failed else ""
                 lost = t.state == TrialState.RUNNING and rank0 is None
             exported = None
             if failure and prom_url and left() > 0:
@@ -413,18 +413,21 @@ class Reconciler:
                             self._warn_forged(body, t.id, got.forged)
                 except prom.MetricsError as e:
                     steps, err = [], str(e)
-            out[t.id] = L.Observation(
+            out[t.id] = lifecycle.Observation(
                 placed=placed,
                 pods=n,
                 done=done,
                 failure=failure,
-                exit_code=P.exit_code(failed[0]) if failed else None,
+                exit_code=pod_manifests.exit_code(failed[0]) if failed else None,
                 exported_reason=exported,
-                pending_reason=next((P.unschedulable_message(p) for p in pods if P.unschedulable_message(p)), ""),
+                pending_reason=next(
+                    (pod_manifests.unschedulable_message(p) for p in pods if pod_manifests.unschedulable_message(p)), ""
+                ),
                 steps=steps,
                 metrics_error=err,
-                preempted=disruption(pods, lost) or K.evicted(pods, rayjobs.get(t.id), t.state == TrialState.RUNNING),
-                gated=K.gated(pods, rayjobs.get(t.id)),
+                preempted=disruption(pods, lost)
+                or kueue.evicted(pods, rayjobs.get(t.id), t.state == TrialState.RUNNING),
+                gated=kueue.gated(pods, rayjobs.get(t.id)),
             )
         return out
 
@@ -438,25 +441,25 @@ class Reconciler:
             "controller": True,
             "blockOwnerDeletion": True,
         }
-        config = R.config_from_diff(spec.baseline, t.config)
+        config = records.config_from_diff(spec.baseline, t.config)
         key = trialkeys.key_for(self.settings, md["namespace"], md["uid"], t.id)
         # the trial's NetworkPolicy first: its pods never run unfenced (controller/netpol.py)
-        policy = NP.trial_policy(md["namespace"], md["name"], t.id, owner, self.settings.network_policy)
+        policy = netpol.trial_policy(md["namespace"], md["name"], t.id, owner, self.settings.network_policy)
         fence = [policy] if policy else []
         if adapter_for(spec.workload.framework) is not None:
             pgw = prom.pushgateway_url(spec.metrics.pushgateway_url)
             return fence + [
-                RJ.rayjob_manifest(
+                rayjob.rayjob_manifest(
                     md["namespace"], md["name"], owner, spec, t.id, config, t.steps, pgw, self.settings, metrics_key=key
                 )
             ]
-        pods, svc = P.trial_manifests(
+        pods, svc = pod_manifests.trial_manifests(
             md["namespace"],
             md["name"],
             owner,
             spec,
             t.id,
-            R.config_from_diff(spec.baseline, t.config),
+            records.config_from_diff(spec.baseline, t.config),
             t.steps,
             spec.budget.warmup_steps,
             prom.pushgateway_url(spec.metrics.pushgateway_url),
@@ -465,7 +468,7 @@ class Reconciler:
         )
         return fence + ([svc] if svc else []) + pods
 
-    def _refusal(self, manifests: list[dict], gpus_per_node: int) -> Optional[L.Refusal]:
+    def _refusal(self, manifests: list[dict], gpus_per_node: int) -> Optional[lifecycle.Refusal]:
         """Why the trial cannot get its pods: no node can hold one (each pod is checked against the
         cluster's nodes), or the API server refuses one (asked as a server-side dry run: validation,
         strict field checks, admission and Pod Security). A full quota is no refusal: it may pass later."""
@@ -474,28 +477,33 @@ class Reconciler:
         # a RayJob's pods are created by KubeRay: their templates are dry-run as pods here (Pod
         # Security admission, quotas), so that a refusal is this trial's outcome, not a RayCluster
         # that never gets its pods
-        for m in manifests + [p for rj in manifests for p in RJ.pods_of(rj)]:
+        for m in manifests + [p for rj in manifests for p in rayjob.pods_of(rj)]:
             r = self.cluster.refusal(m)
             if r is not None and r.permanent:
-                return L.Refusal(
+                return lifecycle.Refusal(
                     FailureCause.POD_REJECTED, f"trial {m['kind'].lower()} {m['metadata']['name']} refused: {r.message}"
                 )
             if r is not None:
                 return QUOTA_FULL
-        trial_pods = [m for m in manifests if m["kind"] == "Pod"] + [p for rj in manifests for p in RJ.pods_of(rj)]
+        trial_pods = [m for m in manifests if m["kind"] == "Pod"] + [p for rj in manifests for p in rayjob.pods_of(rj)]
         nodes = self.cluster.list_nodes() if trial_pods else []
         for m in trial_pods:
             why = placement.check_gpus_per_node(nodes, m["spec"], gpus_per_node) or placement.check_pool(
                 nodes, m["spec"]
             )
             if why:
-                return L.Refusal(FailureCause.NO_MATCHING_NODES, why)
+                return lifecycle.Refusal(FailureCause.NO_MATCHING_NODES, why)
         return None
 
     # ------------------------------------------------------------------ write
 
     def _commit(
-        self, body: dict, before: RLTuningJobStatus, d: L.Decisions, create: list[dict], spec: Optional[RLTuningJobSpec]
+        self,
+        body: dict,
+        before: RLTuningJobStatus,
+        d: lifecycle.Decisions,
+        create: list[dict],
+        spec: Optional[RLTuningJobSpec],
     ) -> None:
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         after = d.status.dump()
@@ -529,14 +537,14 @@ class Reconciler:
             self.cluster.delete_trial(ns, name, trial, body["metadata"].get("uid", ""))
         unfenced: set[str] = set()  # trials whose NetworkPolicy was not created: no pods for them this tick
         for m in create:
-            trial = (m["metadata"].get("labels") or {}).get(P.LABEL_TRIAL, "")
+            trial = (m["metadata"].get("labels") or {}).get(pod_manifests.LABEL_TRIAL, "")
             if trial in unfenced:
                 continue
             try:
                 self.cluster.create(m)
             except Exception as e:  # noqa: BLE001 - reported, retried next tick
                 log.warning("creating %s %s failed: %s", m["kind"], m["metadata"]["name"], e)
-                if m["kind"] == NP.KIND:
+                if m["kind"] == netpol.KIND:
                     unfenced.add(trial)
         for _ in d.started:
             self.on_trial_started("trial")

@@ -16,7 +16,7 @@ from typing import Optional
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, push_to_gateway, start_http_server
 
-from rltune.api import metrics as M
+from rltune.api import metrics
 from rltune.api.metrics import StepRecord
 
 BASE_LABELS = ("namespace", "rltune_job", "trial")
@@ -49,27 +49,35 @@ class TrialExporter:
         self.push_errors = 0
         reg = self.registry
         self.step_gauges: dict[str, Gauge] = {}
-        for contract, help_text in M.STEP_METRICS.items():
+        for contract, help_text in metrics.STEP_METRICS.items():
             extra = ("step", "phase") if contract == "step_phase_seconds" else ("step",)
-            self.step_gauges[contract] = Gauge(M.name(contract, names), help_text, BASE_LABELS + extra, registry=reg)
-        steps_name = M.name("trial_steps_total", names)
+            self.step_gauges[contract] = Gauge(
+                metrics.name(contract, names), help_text, BASE_LABELS + extra, registry=reg
+            )
+        steps_name = metrics.name("trial_steps_total", names)
         self.steps = Counter(
             steps_name[:-6] if steps_name.endswith("_total") else steps_name,
-            M.TRIAL_METRICS["trial_steps_total"],
+            metrics.TRIAL_METRICS["trial_steps_total"],
             BASE_LABELS,
             registry=reg,
         )
-        self.gpus = Gauge(M.name("trial_gpus", names), M.TRIAL_METRICS["trial_gpus"], BASE_LABELS, registry=reg)
-        self.state = Gauge(M.name("trial_state", names), M.TRIAL_METRICS["trial_state"], BASE_LABELS, registry=reg)
+        self.gpus = Gauge(
+            metrics.name("trial_gpus", names), metrics.TRIAL_METRICS["trial_gpus"], BASE_LABELS, registry=reg
+        )
+        self.state = Gauge(
+            metrics.name("trial_state", names), metrics.TRIAL_METRICS["trial_state"], BASE_LABELS, registry=reg
+        )
         self.info = Gauge(
-            M.name("trial_info", names),
-            M.TRIAL_METRICS["trial_info"],
+            metrics.name("trial_info", names),
+            metrics.TRIAL_METRICS["trial_info"],
             BASE_LABELS + ("mode", "reason", "signature"),
             registry=reg,
         )
-        self.signature = Gauge(M.SIGNATURE, M.SIGNATURE_HELP, BASE_LABELS + ("step", "signature"), registry=reg)
+        self.signature = Gauge(
+            metrics.SIGNATURE, metrics.SIGNATURE_HELP, BASE_LABELS + ("step", "signature"), registry=reg
+        )
         self.steps.labels(**self.labels)  # export 0 before the first step
-        self.state.labels(**self.labels).set(M.TRIAL_RUNNING)
+        self.state.labels(**self.labels).set(metrics.TRIAL_RUNNING)
         self.info.labels(**self.labels, mode=mode, reason="", signature="").set(1)
 
     # ------------------------------------------------------------------ serving
@@ -90,7 +98,7 @@ class TrialExporter:
         try:
             push_to_gateway(
                 self.pushgateway_url,
-                job=M.PUSH_JOB,
+                job=metrics.PUSH_JOB,
                 registry=self.registry,
                 grouping_key=self.grouping_key(),
                 timeout=10,
@@ -113,19 +121,19 @@ class TrialExporter:
             gauge = self.step_gauges[contract]
             (gauge.labels(**lab, phase=phase) if phase else gauge.labels(**lab)).set(value)
         if self.signing_key:
-            sig = M.step_signature(self.signing_key, self.labels, rec.step, values)
+            sig = metrics.step_signature(self.signing_key, self.labels, rec.step, values)
             self.signature.labels(**lab, signature=sig).set(1)
         self.steps.labels(**self.labels).inc()
         self.push()
 
     def finish(self, ok: bool, reason: str = "") -> None:
-        self.state.labels(**self.labels).set(M.TRIAL_SUCCEEDED if ok else M.TRIAL_FAILED)
+        self.state.labels(**self.labels).set(metrics.TRIAL_SUCCEEDED if ok else metrics.TRIAL_FAILED)
         if reason:
             self.info.remove(
                 self.labels["namespace"], self.labels["rltune_job"], self.labels["trial"], self.mode, "", ""
             )
             why = _label(reason)
-            sig = M.reason_signature(self.signing_key, self.labels, why) if self.signing_key else ""
+            sig = metrics.reason_signature(self.signing_key, self.labels, why) if self.signing_key else ""
             self.info.labels(**self.labels, mode=self.mode, reason=why, signature=sig).set(1)
         self.push(force=True)
 
@@ -133,8 +141,8 @@ class TrialExporter:
 def step_values(rec: StepRecord) -> list[tuple[str, str, float]]:
     """(contract, phase or "", value) of every per-step sample the exporter sets for `rec`."""
     out = [("step_duration_seconds", "", float(rec.duration))]
-    out += [("step_phase_seconds", ph, float(rec.phases.get(ph, 0.0))) for ph in M.PHASES]
-    out += [(c, "", float(getattr(rec, attr))) for c, attr in M.STEP_FIELDS.items()]
+    out += [("step_phase_seconds", ph, float(rec.phases.get(ph, 0.0))) for ph in metrics.PHASES]
+    out += [(c, "", float(getattr(rec, attr))) for c, attr in metrics.STEP_FIELDS.items()]
     out.append(("step_warmup", "", 1.0 if rec.warmup else 0.0))
     return out
 

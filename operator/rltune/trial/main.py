@@ -24,7 +24,7 @@ import sys
 import time
 from typing import Optional
 
-from rltune.api import metrics as M
+from rltune.api import metrics
 from rltune.api.models import TrialSpec, read_document
 
 from .exporter import TrialExporter
@@ -115,7 +115,7 @@ def main(argv: Optional[list] = None) -> int:
             pushgateway_url=spec.pushgateway_url,
             metrics_port=spec.metrics_port,
             bind=bind,
-            signing_key=os.environ.get(M.KEY_ENV),
+            signing_key=os.environ.get(metrics.KEY_ENV),
         )
         if injected_fault(spec) == "nometrics":
             exporter.pushgateway_url = None  # test-only: the trial runs but nothing reaches the metrics store

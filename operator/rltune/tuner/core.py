@@ -17,7 +17,7 @@ from pydantic import Field
 from ..api.metrics import StepRecord
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..api.status import FailureCause, TrialState
-from . import gates as G
+from . import gates as quality_gates
 from . import headroom, physics
 from .forecast import ALL_FEATS, NOISE_SD, Forecaster, Prediction, features
 from .profile import Profile, profile
@@ -47,7 +47,7 @@ class TrialRecord(TunerModel):
     objective: Optional[float] = Field(None, description="Measured objective (seconds or GPU-seconds per step).")
     state: TrialState = TrialState.PENDING
     reason: str = ""
-    gates: dict[str, G.GateResult] = Field(default_factory=dict, description="Quality gate -> verdict.")
+    gates: dict[str, quality_gates.GateResult] = Field(default_factory=dict, description="Quality gate -> verdict.")
     cause: Optional[FailureCause] = Field(None, description="Why a failed trial failed.")
     bottleneck: Optional[str] = Field(None, description="Bottleneck the proposal addressed.")
     rationale: Optional[str] = None
@@ -151,7 +151,7 @@ class Tuner:
             if r.state != TrialState.REJECTED:
                 continue
             k = r.config.flat()
-            bad = G.failed_gates(r.gates)
+            bad = quality_gates.failed_gates(r.gates)
             st, fp8, part = k["async.staleness"], k["rollout.fp8"], k["async.partialRollout"]
             if ("mismatch" in bad or "nan" in bad) and fp8:
                 bans.append((f"fp8 rollout broke {'/'.join(bad)} in {r.id}", lambda c: c["rollout.fp8"]))
@@ -392,7 +392,9 @@ class Tuner:
         rec.summary = summary
         is_base = record.id == self.baseline.id
         base_sum = None if is_base else self.baseline.summary
-        rec.gates = G.evaluate(summary, base_sum, self.spec.constraints, confirmation=confirmation, alpha=alpha)
+        rec.gates = quality_gates.evaluate(
+            summary, base_sum, self.spec.constraints, confirmation=confirmation, alpha=alpha
+        )
         if not is_base and "steps" in rec.gates and rec.gates["steps"].passed:
             rec.gates["memory"] = headroom.gate(self.spec, rec.config, summary)
         if rec.gpus == 0:
@@ -402,7 +404,7 @@ class Tuner:
             rec.reason = rec.reason or "no steady-state step was measured"
             return rec
         rec.objective = self.objective_of(summary.step_time, rec.gpus)
-        if G.passed(rec.gates):
+        if quality_gates.passed(rec.gates):
             rec.state = TrialState.SUCCEEDED
             if not rec.reason:
                 b = self.baseline.objective
@@ -411,7 +413,7 @@ class Tuner:
                 )
         else:
             rec.state = TrialState.REJECTED
-            bad = G.failed_gates(rec.gates)
+            bad = quality_gates.failed_gates(rec.gates)
             rec.reason = "quality gate failed: " + "; ".join(str(rec.gates[g]) for g in bad)
         return rec
 

@@ -44,8 +44,7 @@ from ..api.status import (
     TrialStatus,
     TuningCostStatus,
 )
-from . import gates as G
-from . import records as R
+from . import gates, records
 from .payback import tuning_cost
 from .search import Deadline, explicit
 
@@ -280,14 +279,14 @@ class _Lifecycle:
 
     def tuner(self):
         if self._tuner is None:
-            self._tuner = R.make_tuner(self.spec, self.status.trials, self.deadline)
+            self._tuner = records.make_tuner(self.spec, self.status.trials, self.deadline)
         return self._tuner
 
     def active(self, kind: Optional[str] = None) -> list[TrialStatus]:
         return [t for t in self.status.trials if t.state.is_active and (kind is None or t.kind == kind)]
 
     def config_of(self, t: TrialStatus) -> RLConfig:
-        return R.config_from_diff(self.spec.baseline, t.config)
+        return records.config_from_diff(self.spec.baseline, t.config)
 
     # ---------------------------------------------------------------- the pass
 
@@ -385,8 +384,8 @@ class _Lifecycle:
             kind=kind,
             of=of,
             pool=pool,
-            config=R.config_diff(self.spec.baseline, config),  # type: ignore[arg-type]
-            gpus=R.gpus_of(self.spec, config),
+            config=records.config_diff(self.spec.baseline, config),  # type: ignore[arg-type]
+            gpus=records.gpus_of(self.spec, config),
             steps=steps,
             predicted_seconds=None if predicted is None else round(float(predicted), 4),
             predicted_std=None if predicted_std is None else round(float(predicted_std), 4),
@@ -420,9 +419,9 @@ class _Lifecycle:
             # default of its own (the twin's is 8 GPUs, where the pods hold the whole budget)
             r = self.spec.resources
             base = explicit(self.spec.baseline, r.gpu_budget, r.gpus_per_node)
-            self.add_trial("baseline", "baseline", base, R.baseline_steps(self.spec))
+            self.add_trial("baseline", "baseline", base, records.baseline_steps(self.spec))
         self.status.baseline = self.status.baseline or BaselineStatus(
-            state=TrialState.PENDING, gpus=R.gpus_of(self.spec, self.spec.baseline)
+            state=TrialState.PENDING, gpus=records.gpus_of(self.spec, self.spec.baseline)
         )
         self.phase(Phase.PROFILING, "profiling the baseline")
 
@@ -488,7 +487,7 @@ class _Lifecycle:
             t.finished_at = t.finished_at or now_iso(self.now)
             return
         why = f"{obs.exported_reason} ({obs.failure})" if obs.exported_reason else obs.failure
-        cause = R.failure_cause(why, obs.exit_code)
+        cause = records.failure_cause(why, obs.exit_code)
         if cause == FailureCause.OUT_OF_MEMORY and "out of memory" not in why:
             why += ": out of memory"
         self.finish(t, TrialState.FAILED, why, cause)
@@ -533,9 +532,9 @@ class _Lifecycle:
             from .summary import summarize
 
             summary = summarize(steps)
-            t.summary = R.flatten_summary(summary, keep_rewards=False)
+            t.summary = records.flatten_summary(summary, keep_rewards=False)
             t.measured_seconds = round(summary.step_time, 4) if summary.steps else None
-            t.objective = R.objective_of(self.spec, summary.step_time, t.gpus) if summary.steps else None
+            t.objective = records.objective_of(self.spec, summary.step_time, t.gpus) if summary.steps else None
             self.finish(t, TrialState.STOPPED, f"early-stopped after {len(steps)} steps: cannot beat the best so far")
 
     def confirmed_at_interim(self, t: TrialStatus, steps: list[StepRecord]) -> bool:
@@ -552,7 +551,7 @@ class _Lifecycle:
         judged = self.judge_confirmation(t, summarize(steps[: interim.steps]), interim)
         if not (judged.state == TrialState.SUCCEEDED and self.beats_baseline(judged.objective)):
             return False
-        R.apply_judgement(t, judged, keep_rewards=False)
+        records.apply_judgement(t, judged, keep_rewards=False)
         self.finish(
             t,
             TrialState.SUCCEEDED,
@@ -564,20 +563,20 @@ class _Lifecycle:
     def beats_baseline(self, objective: Optional[float]) -> bool:
         """Better than the baseline on the job's objective, the one the search ranked by (with
         gpuSecondsPerStep or costPerStep a layout on fewer GPUs may be slower per step and still better)."""
-        base = R.baseline_trial(self.status.trials).objective
+        base = records.baseline_trial(self.status.trials).objective
         return objective is not None and base is not None and objective < base
 
-    def looks_of(self, t: TrialStatus) -> tuple[G.Look, ...]:
+    def looks_of(self, t: TrialStatus) -> tuple[gates.Look, ...]:
         """The looks at confirmation `t`, by the steps it was started with (a later budget edit does
         not move them)."""
-        return G.confirmation_looks(
+        return gates.confirmation_looks(
             self.spec.budget.model_copy(update={"confirm_steps": t.steps}), self.spec.constraints
         )
 
-    def judge_confirmation(self, t: TrialStatus, summary: TrialSummary, look: G.Look) -> TrialRecord:
+    def judge_confirmation(self, t: TrialStatus, summary: TrialSummary, look: gates.Look) -> TrialRecord:
         """The tuner's verdict on a confirmation run at one of its looks."""
         return self.judge_of(t).judge(
-            R.to_record(self.spec, t),
+            records.to_record(self.spec, t),
             summary,
             confirmation=self.spec.constraints.reward_gate == "nonInferiority",
             alpha=look.alpha,
@@ -585,10 +584,10 @@ class _Lifecycle:
 
     def judge_of(self, t: TrialStatus):
         """The Tuner that judges `t`: the job's, or (a trial in another pool) one for the pool's spec."""
-        spec = R.spec_of_trial(self.spec, t)
+        spec = records.spec_of_trial(self.spec, t)
         if spec is self.spec:
             return self.tuner()
-        return R.make_tuner(spec, [x for x in self.status.trials if x.kind == "baseline"])
+        return records.make_tuner(spec, [x for x in self.status.trials if x.kind == "baseline"])
 
     def score(self, t: TrialStatus, obs: Observation) -> None:
         """Score a finished trial once all its steps are visible; never on guesses."""
@@ -611,9 +610,9 @@ class _Lifecycle:
             return
         summary = summarize(steps)
         if t.kind == "baseline":
-            t.summary = R.flatten_summary(summary, keep_rewards=True)
+            t.summary = records.flatten_summary(summary, keep_rewards=True)
             t.measured_seconds = round(summary.step_time, 4) if summary.steps else None
-            t.objective = R.objective_of(self.spec, summary.step_time, t.gpus) if summary.steps else None
+            t.objective = records.objective_of(self.spec, summary.step_time, t.gpus) if summary.steps else None
             if summary.failed or not summary.steps:
                 self.finish(
                     t, TrialState.FAILED, "the baseline reported no steady-state step", FailureCause.NO_STEADY_STATE
@@ -621,14 +620,14 @@ class _Lifecycle:
             else:
                 self.finish(t, TrialState.SUCCEEDED, "")
             return
-        spec = R.spec_of_trial(self.spec, t)
+        spec = records.spec_of_trial(self.spec, t)
         if t.kind == "confirm":
             judged = self.judge_confirmation(t, summary, self.looks_of(t)[-1])
         else:
-            judged = self.judge_of(t).judge(R.to_record(self.spec, t), summary)
-        R.apply_judgement(t, judged, keep_rewards=False)
+            judged = self.judge_of(t).judge(records.to_record(self.spec, t), summary)
+        records.apply_judgement(t, judged, keep_rewards=False)
         if t.objective is None and summary.steps:
-            t.objective = R.objective_of(spec, summary.step_time, t.gpus)
+            t.objective = records.objective_of(spec, summary.step_time, t.gpus)
         self.finish(t, t.state, t.reason or "", FailureCause.NO_STEADY_STATE if t.state == TrialState.FAILED else None)
 
     # ---------------------------------------------------------------- the phases
@@ -654,7 +653,7 @@ class _Lifecycle:
             self.finish(t, TrialState.STOPPED, f"job {self.status.phase.lower()}")
 
     def after_profiling(self) -> None:
-        base = R.baseline_trial(self.status.trials)
+        base = records.baseline_trial(self.status.trials)
         if base.state.is_active:
             return
         bs = self.status.baseline or BaselineStatus()
@@ -670,7 +669,7 @@ class _Lifecycle:
             return
         from .profile import profile
 
-        summary = R.unflatten_summary(base.summary)
+        summary = records.unflatten_summary(base.summary)
         prof = profile(self.spec, summary)
         bs.step_seconds = round(summary.step_time, 4)
         bs.gpu_seconds_per_step = round(summary.step_time * base.gpus, 2)
@@ -702,14 +701,14 @@ class _Lifecycle:
             return
         scored = b.confirm_steps - b.warmup_steps
         # the full run's look: a healthy winner that fails it has failed the interim look too
-        final = G.confirmation_looks(b, c.model_copy(update={"reward_gate": "nonInferiority"}))[-1]
-        p = G.reward_power(base_rewards, scored, tol, final.alpha)
+        final = gates.confirmation_looks(b, c.model_copy(update={"reward_gate": "nonInferiority"}))[-1]
+        p = gates.reward_power(base_rewards, scored, tol, final.alpha)
 
-        def need(p: G.RewardPower) -> str:
+        def need(p: gates.RewardPower) -> str:
             return (
                 f"confirmSteps >= {p.needed + b.warmup_steps}"
                 if p.needed is not None
-                else f"more than {G.MAX_SCORED} steps"
+                else f"more than {gates.MAX_SCORED} steps"
             )
 
         if c.reward_gate == "screen":
@@ -725,14 +724,14 @@ class _Lifecycle:
             msg = "fewer than 3 baseline rewards: the reward noise, and so the confirmation's power, is unknown"
             set_condition(self.status, cond, "Unknown", "NoNoiseEstimate", msg, self.gen, self.now)
             return
-        ok = p.false_alarm <= G.FALSE_ALARM_GOAL
+        ok = p.false_alarm <= gates.FALSE_ALARM_GOAL
         msg = (
             f"baseline reward noise {p.noise:.1%} of its mean per step; the confirmation's {scored} scored steps "
             f"fail a healthy winner (not shown within the {tol:.1%} tolerance) at most ~{p.false_alarm:.1%} of the time"
             + (
-                f" (<= {G.FALSE_ALARM_GOAL:.0%} from {need(p)})"
+                f" (<= {gates.FALSE_ALARM_GOAL:.0%} from {need(p)})"
                 if ok
-                else f"; <= {G.FALSE_ALARM_GOAL:.0%} needs {need(p)}, or a larger constraints.rewardTolerance"
+                else f"; <= {gates.FALSE_ALARM_GOAL:.0%} needs {need(p)}, or a larger constraints.rewardTolerance"
             )
         )
         set_condition(
@@ -763,7 +762,7 @@ class _Lifecycle:
             if slots > 0 and gpus_free > 0:
                 proposals = self.tuner().propose(slots, gpus_free)
                 for p in proposals:
-                    g = R.gpus_of(self.spec, p.config)
+                    g = records.gpus_of(self.spec, p.config)
                     if g > gpus_free:
                         continue
                     gpus_free -= g
@@ -794,7 +793,7 @@ class _Lifecycle:
             )
         # the baseline itself is never a winner to confirm: the Tuner rebuilds it from the stored summary,
         # rounded a hair away from the objective measured, so comparing objectives alone is not enough
-        base_id = R.baseline_trial(st.trials).id
+        base_id = records.baseline_trial(st.trials).id
         if best is None or best.id == base_id or not self.beats_baseline(best.objective):
             msg = f"nothing beats the baseline ({why}); keep the current configuration"
             st.best, st.speedup = None, "1.00x"
@@ -895,7 +894,7 @@ class _Lifecycle:
         st.pool_offer = PoolOfferStatus(
             pool=o.pool.name,
             gpu_type=o.pool.gpu_type,
-            config=R.config_diff(self.spec.baseline, o.config),
+            config=records.config_diff(self.spec.baseline, o.config),
             gpus=o.gpus,
             forecast_seconds=round(o.step_seconds, 3),
             forecast_cost_per_step=round(o.cost_per_step, 6),
@@ -957,7 +956,7 @@ class _Lifecycle:
         res = self.spec.resources
 
         def gpu_seconds(t: TrialStatus) -> float:
-            return R.unflatten_summary(t.summary).seconds_spent * t.gpus
+            return records.unflatten_summary(t.summary).seconds_spent * t.gpus
 
         def at_home_price(t: TrialStatus) -> float:
             pool = res.pool(t.pool) if t.kind == "pool" else None
@@ -1002,7 +1001,7 @@ class _Lifecycle:
         orig = next(t for t in self.status.trials if t.id == c.of)
         if c.state == TrialState.SUCCEEDED and self.beats_baseline(c.objective):
             self.set_best(c, confirmed=True, of=orig)
-            ran = R.unflatten_summary(c.summary).total_steps if c.summary else c.steps  # fewer: the interim look
+            ran = records.unflatten_summary(c.summary).total_steps if c.summary else c.steps  # fewer: the interim look
             self.succeed(f"confirmed over {ran} steps")
             return
         orig.state = TrialState.REJECTED

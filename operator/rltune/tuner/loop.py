@@ -13,8 +13,7 @@ from typing import Callable, Optional
 
 from ..api.models import RLTuningJobSpec, trial_spec_for
 from ..api.status import RLTuningJobStatus, TrialStatus
-from . import lifecycle as L
-from . import records as R
+from . import lifecycle, records
 from .backend import TrialBackend, TrialObservation
 from .core import TrialRecord, Tuner
 
@@ -23,7 +22,7 @@ from .core import TrialRecord, Tuner
 class Event:
     """A lifecycle event with the trial record it concerns (None for job-level events)."""
 
-    event: L.Event
+    event: lifecycle.Event
     record: Optional[TrialRecord] = None
     tuner: Optional[Tuner] = None
 
@@ -40,15 +39,17 @@ class LoopResult:
     timeline: list[tuple[str, float, float]] = field(default_factory=list)  # (id, start, end) wall seconds
 
 
-def observation(obs: TrialObservation) -> L.Observation:
+def observation(obs: TrialObservation) -> lifecycle.Observation:
     """A backend's view of a launched trial, as the lifecycle reads it."""
     if obs.state == "running":
-        return L.Observation(placed=True, steps=obs.steps)
+        return lifecycle.Observation(placed=True, steps=obs.steps)
     if obs.state == "succeeded":
-        return L.Observation(placed=True, done=True, steps=obs.steps)
+        return lifecycle.Observation(placed=True, done=True, steps=obs.steps)
     if obs.state == "unschedulable":
-        return L.Observation(refused=L.Refusal(R.FailureCause.NO_MATCHING_NODES, obs.reason or "unschedulable"))
-    return L.Observation(
+        return lifecycle.Observation(
+            refused=lifecycle.Refusal(records.FailureCause.NO_MATCHING_NODES, obs.reason or "unschedulable")
+        )
+    return lifecycle.Observation(
         placed=True, failure=obs.reason or "trial failed", exit_code=obs.exit_code, exported_reason=obs.reason or ""
     )
 
@@ -72,7 +73,7 @@ def run(
         observations = {
             t.id: observation(backend.poll(t.id)) for t in status.trials if t.state.is_active and t.id in launched
         }
-        d = L.step(spec, status, observations, clock())
+        d = lifecycle.step(spec, status, observations, clock())
         status = d.status
         for tid in dict.fromkeys(d.teardown):
             if tid in launched:
@@ -87,8 +88,8 @@ def run(
                         namespace,
                         job,
                         t.id,
-                        R.spec_of_trial(spec, t),  # a pool trial runs on its pool's GPUs
-                        R.config_from_diff(spec.baseline, t.config),
+                        records.spec_of_trial(spec, t),  # a pool trial runs on its pool's GPUs
+                        records.config_from_diff(spec.baseline, t.config),
                         t.steps,
                         spec.budget.warmup_steps,
                         seed=seeds[t.id],
@@ -97,7 +98,7 @@ def run(
                 )
                 launched[t.id] = time.monotonic() - t_start
         if d.events:
-            tuner = R.make_tuner(spec, status.trials)
+            tuner = records.make_tuner(spec, status.trials)
             by_id = {t.id: t for t in status.trials}
             for e in d.events:
                 on_event(Event(e, _record_of(spec, by_id, e), tuner))
@@ -105,14 +106,14 @@ def run(
             break
         if not d.events:
             time.sleep(poll_s)
-    tuner = R.make_tuner(spec, status.trials)
+    tuner = records.make_tuner(spec, status.trials)
     base = next(t for t in status.trials if t.kind == "baseline")
-    trials = [R.to_record(spec, t) for t in status.trials if t.kind != "baseline"]
+    trials = [records.to_record(spec, t) for t in status.trials if t.kind != "baseline"]
     best = next((r for r in trials if status.best and r.id == status.best.trial), None)
     profile = tuner.profile() if base.state == "Succeeded" else None
     fe = tuner.forecast_error() if any(t.kind == "search" for t in status.trials) else None
-    return LoopResult(status, R.to_record(spec, base), trials, best, status.message or "", fe, profile, timeline)
+    return LoopResult(status, records.to_record(spec, base), trials, best, status.message or "", fe, profile, timeline)
 
 
-def _record_of(spec: RLTuningJobSpec, by_id: dict[str, TrialStatus], e: L.Event) -> Optional[TrialRecord]:
-    return R.to_record(spec, by_id[e.trial]) if e.trial in by_id else None
+def _record_of(spec: RLTuningJobSpec, by_id: dict[str, TrialStatus], e: lifecycle.Event) -> Optional[TrialRecord]:
+    return records.to_record(spec, by_id[e.trial]) if e.trial in by_id else None

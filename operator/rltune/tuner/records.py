@@ -129,10 +129,10 @@ def unflatten_summary(flat: Optional[dict[str, float]]):
 
 
 def to_record(spec: RLTuningJobSpec, t: TrialStatus):
-    from .. import tuner as T
+    from .. import tuner
 
     config = config_from_diff(spec.baseline, t.config)
-    return T.TrialRecord(
+    return tuner.TrialRecord(
         id=t.id,
         config=config,
         gpus=t.gpus or gpus_of(spec, config),
@@ -169,15 +169,15 @@ def baseline_trial(trials: list[TrialStatus]) -> TrialStatus:
 def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus], deadline=None):
     """A Tuner rebuilt from the status: the baseline (judged from its stored summary) + search trials;
     `deadline` (search.Deadline) bounds its enumeration."""
-    from .. import tuner as T
+    from .. import tuner
 
     base = baseline_trial(trials)
     summary = unflatten_summary(base.summary) if base.state == TrialState.SUCCEEDED else None
-    baseline = T.baseline_record(spec, summary, id=base.id)
+    baseline = tuner.baseline_record(spec, summary, id=base.id)
     if summary is None and not base.state.is_active:
         baseline.state, baseline.reason = base.state, base.reason or ""
     history = [to_record(spec, t) for t in trials if t.kind == "search" and not t.superseded]
-    return T.Tuner(spec, baseline, history, deadline)
+    return tuner.Tuner(spec, baseline, history, deadline)
 
 
 def cost_per_step(price_per_gpu_hour: float, gpus: int, step_seconds: float) -> float:
