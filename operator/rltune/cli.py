@@ -200,7 +200,7 @@ def cmd_tune(args) -> int:
     t0 = time.monotonic()
     state = {"base_obj": None}
 
-    def on_event(e: loop.Event) -> None:
+    def on_event(e: loop.LoopEvent) -> None:
         el = f"[{time.monotonic() - t0:6.1f}s]"
         ev, r = e.event, e.record
         if ev.reason == "TrialStarted" and r is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from test_lifecycle import drive, ok
 from test_tuner_fixtures import job
 
-from rltune.api.status import Phase, TrialState
+from rltune.api.status import Phase, RLTuningJobStatus, TrialState
 from rltune.controller.reconcile import disruption
 from rltune.trial.main import injected_fault
 from rltune.tuner import lifecycle
@@ -89,7 +89,7 @@ def test_prometheus_unreadable_sets_metrics_unavailable_and_scores_nothing():
 
 def test_metrics_condition_is_false_while_unreadable():
     spec = job()
-    d = lifecycle.step(spec, lifecycle.RLTuningJobStatus(), {}, 1_000_000.0)
+    d = lifecycle.step(spec, RLTuningJobStatus(), {}, 1_000_000.0)
     status = d.status
     obs = {"baseline": lifecycle.Observation(placed=True, done=True, steps=[], metrics_error="Prometheus down")}
     d = lifecycle.step(spec, status, obs, 1_000_010.0)

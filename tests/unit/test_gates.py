@@ -206,7 +206,7 @@ def test_rejected_fp8_is_never_proposed_again():
 def test_bans_survive_a_status_round_trip():
     # the status keeps each gate as a boolean; the ban learned from the failed gate must survive
     from rltune.api.status import TrialStatus
-    from rltune.tuner import records
+    from rltune.tuner import records, restore
 
     spec, tuner, rec = _setup()
     bad = rec.model_copy(update={"config": spec.baseline.with_knobs({"rollout.fp8": True})})
@@ -214,7 +214,7 @@ def test_bans_survive_a_status_round_trip():
     st = TrialStatus(id=out.id, config=records.config_diff(spec.baseline, out.config), gpus=out.gpus)
     records.apply_judgement(st, out)
     assert st.gates["mismatch"] is False and st.state == TrialState.REJECTED
-    r = records.to_record(spec, st)
+    r = restore.to_record(spec, st)
     t2 = Tuner(spec, tuner.baseline, [r])
     assert t2.bans and all(not p.config.rollout.fp8 for p in t2.propose(6, 32))
 

@@ -8,7 +8,7 @@ import zlib
 from test_tuner_fixtures import job, steps
 
 from rltune.api.status import FailureCause, Phase, RLTuningJobStatus, TrialState
-from rltune.tuner import gates, lifecycle, records
+from rltune.tuner import gates, lifecycle, records, restore
 
 
 def truth(cfg) -> dict:
@@ -106,7 +106,7 @@ def test_out_of_memory_is_a_cause_not_a_message_to_parse():
     assert failed and all(t.state == TrialState.FAILED and t.cause == FailureCause.OUT_OF_MEMORY for t in failed)
     assert status.phase == Phase.FAILED and "TooManyFailedTrials" in {c.reason for c in status.conditions}
     # the Tuner rebuilt from the status learns from the OOMs without reading their text
-    tuner = records.make_tuner(spec, status.trials)
+    tuner = restore.make_tuner(spec, status.trials)
     fc = tuner.forecaster
     assert len(tuner.history) == len(failed)
     assert all(fc.memory.fenced(fc.raw(r.config.flat())) for r in tuner.history)
@@ -249,7 +249,7 @@ def test_the_winner_must_show_its_reward_within_the_tolerance_to_confirm():
     assert [e.reason for e in events].count("SearchEnded") == 1
     search = [t for t in status.trials if t.kind == "search"]
     assert len(search) == 4 and all(t.state in (TrialState.SUCCEEDED, TrialState.REJECTED) for t in search)
-    assert records.make_tuner(spec, status.trials).bans == []  # a failed confirmation bans no setting
+    assert restore.make_tuner(spec, status.trials).bans == []  # a failed confirmation bans no setting
     cond = {c.type: c for c in status.conditions}["RewardGatePowered"]
     assert cond.status == "True" and cond.reason == "Resolved", cond.message
 

@@ -119,7 +119,7 @@ class BaselineStatus(CamelModel):
     reason: Optional[str] = Field(None, description="Why the baseline failed, if it did.")
 
 
-# Every id tuner/lifecycle.py makes: baseline, t<n> (search), c<n> (confirm), p<n> (pool), each once
+# Every id tuner/lifecycle/ makes: baseline, t<n> (search), c<n> (confirm), p<n> (pool), each once
 # with -retry (a preempted trial's re-run). Trial ids become object names and label values
 # (`<job>-<trial>`): the CRD holds the status to these.
 TRIAL_ID_PATTERN = r"^(baseline|[tcp][1-9][0-9]{0,4})(-retry)?$"

@@ -13,13 +13,13 @@ from typing import Callable, Optional
 
 from ..api.models import RLTuningJobSpec, trial_spec_for
 from ..api.status import RLTuningJobStatus, TrialStatus
-from . import lifecycle, records
+from . import lifecycle, records, restore
 from .backend import TrialBackend, TrialObservation
 from .core import TrialRecord, Tuner
 
 
 @dataclass
-class Event:
+class LoopEvent:
     """A lifecycle event with the trial record it concerns (None for job-level events)."""
 
     event: lifecycle.Event
@@ -57,7 +57,7 @@ def observation(obs: TrialObservation) -> lifecycle.Observation:
 def run(
     spec: RLTuningJobSpec,
     backend: TrialBackend,
-    on_event: Callable[[Event], None] = lambda e: None,
+    on_event: Callable[[LoopEvent], None] = lambda e: None,
     job: str = "local",
     namespace: str = "default",
     poll_s: float = 0.2,
@@ -98,22 +98,22 @@ def run(
                 )
                 launched[t.id] = time.monotonic() - t_start
         if d.events:
-            tuner = records.make_tuner(spec, status.trials)
+            tuner = restore.make_tuner(spec, status.trials)
             by_id = {t.id: t for t in status.trials}
             for e in d.events:
-                on_event(Event(e, _record_of(spec, by_id, e), tuner))
+                on_event(LoopEvent(e, _record_of(spec, by_id, e), tuner))
         if status.phase.is_terminal:
             break
         if not d.events:
             time.sleep(poll_s)
-    tuner = records.make_tuner(spec, status.trials)
+    tuner = restore.make_tuner(spec, status.trials)
     base = next(t for t in status.trials if t.kind == "baseline")
-    trials = [records.to_record(spec, t) for t in status.trials if t.kind != "baseline"]
+    trials = [restore.to_record(spec, t) for t in status.trials if t.kind != "baseline"]
     best = next((r for r in trials if status.best and r.id == status.best.trial), None)
     profile = tuner.profile() if base.state == "Succeeded" else None
     fe = tuner.forecast_error() if any(t.kind == "search" for t in status.trials) else None
-    return LoopResult(status, records.to_record(spec, base), trials, best, status.message or "", fe, profile, timeline)
+    return LoopResult(status, restore.to_record(spec, base), trials, best, status.message or "", fe, profile, timeline)
 
 
 def _record_of(spec: RLTuningJobSpec, by_id: dict[str, TrialStatus], e: lifecycle.Event) -> Optional[TrialRecord]:
-    return records.to_record(spec, by_id[e.trial]) if e.trial in by_id else None
+    return restore.to_record(spec, by_id[e.trial]) if e.trial in by_id else None

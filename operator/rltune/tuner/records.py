@@ -12,7 +12,6 @@ from typing import Any, Optional
 
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..api.status import FailureCause, TrialState, TrialStatus
-from .gates import GateResult
 
 
 def config_diff(baseline: RLConfig, config: RLConfig) -> dict[str, Any]:
@@ -128,25 +127,6 @@ def unflatten_summary(flat: Optional[dict[str, float]]):
 # ----------------------------------------------------------------- records
 
 
-def to_record(spec: RLTuningJobSpec, t: TrialStatus):
-    from .. import tuner
-
-    config = config_from_diff(spec.baseline, t.config)
-    return tuner.TrialRecord(
-        id=t.id,
-        config=config,
-        gpus=t.gpus or gpus_of(spec, config),
-        predicted=t.predicted_seconds,
-        predicted_std=t.predicted_std,
-        summary=unflatten_summary(t.summary),
-        objective=t.objective,
-        state=t.state,
-        reason=t.reason or "",
-        cause=t.cause,
-        gates={name: GateResult(passed=ok) for name, ok in (t.gates or {}).items()},
-    )
-
-
 def apply_judgement(t: TrialStatus, record, keep_rewards: bool = False) -> None:
     """Copy the tuner's verdict on a finished trial into its status record."""
     t.state = record.state
@@ -164,20 +144,6 @@ def apply_judgement(t: TrialStatus, record, keep_rewards: bool = False) -> None:
 def baseline_trial(trials: list[TrialStatus]) -> TrialStatus:
     """The job's baseline trial: the last one recorded (a preempted baseline's retry comes after it)."""
     return [t for t in trials if t.kind == "baseline"][-1]
-
-
-def make_tuner(spec: RLTuningJobSpec, trials: list[TrialStatus], deadline=None):
-    """A Tuner rebuilt from the status: the baseline (judged from its stored summary) + search trials;
-    `deadline` (search.Deadline) bounds its enumeration."""
-    from .. import tuner
-
-    base = baseline_trial(trials)
-    summary = unflatten_summary(base.summary) if base.state == TrialState.SUCCEEDED else None
-    baseline = tuner.baseline_record(spec, summary, id=base.id)
-    if summary is None and not base.state.is_active:
-        baseline.state, baseline.reason = base.state, base.reason or ""
-    history = [to_record(spec, t) for t in trials if t.kind == "search" and not t.superseded]
-    return tuner.Tuner(spec, baseline, history, deadline)
 
 
 def cost_per_step(price_per_gpu_hour: float, gpus: int, step_seconds: float) -> float:
