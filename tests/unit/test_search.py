@@ -259,3 +259,21 @@ def test_a_truncated_search_never_ends_for_it():
     assert t.propose(4, 32) == []
     done, why = t.done()
     assert not done and why.startswith("search truncated: out of time") and t.truncated
+
+
+# --------------------------------------------------------------------------- one knob, one default
+
+
+def test_every_catalog_default_is_the_models_default():
+    """A knob's default is written in api/models.py (RLConfig's fields) and in tuner/knobs.py
+    (Knob.default, what the search assumes a job left out): the two must not drift apart."""
+    from rltune.api.models import RLConfig
+
+    defaults = RLConfig().flat()
+    differ = {
+        k.path: (k.default, defaults.get(k.path))
+        for k in CATALOG
+        if k.path in defaults and k.default != defaults[k.path]
+    }
+    assert differ == {}
+    assert {k.path for k in CATALOG if not k.path.startswith("cpu.")} <= set(defaults)
