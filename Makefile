@@ -61,7 +61,7 @@ bench-first-forecast:
 bench-gates:
 	$(PY) -m bench.gates
 
-# the twin on published RL step times (bench/published_steps.yaml): shipped factors, in-sample / held-out
+# the twin on published RL step times (bench/data/published_steps.yaml): shipped factors, in-sample / held-out
 # fit and leave-one-source-out folds (~20 s with the compiled twin loop, 2 cores; out/bench-published.{md,json},
 # embedded in docs/calibration.md).
 # BENCH_PUBLISHED_ARGS: e.g. --no-fit (shipped factors only, seconds)

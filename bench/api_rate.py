@@ -33,16 +33,16 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "hack"))
-import demo  # noqa: E402  (hack/demo.py)
-import testbed  # noqa: E402  (hack/testbed.py)
+from bench.paths import ROOT, STATE, hack_module
 
-EXAMPLE = REPO / "examples" / "twin-demo.yaml"
+demo = hack_module("demo")  # hack/demo.py
+testbed = hack_module("testbed")  # hack/testbed.py
+
+EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
 
 
 def bed_env() -> dict[str, str]:
-    bins = subprocess.run([str(REPO / "hack" / "binaries.sh"), "--print"], capture_output=True, text=True).stdout
+    bins = subprocess.run([str(ROOT / "hack" / "binaries.sh"), "--print"], capture_output=True, text=True).stdout
     env = dict(os.environ)
     env.update(
         KUBECONFIG=str(testbed.KUBECONFIG),
@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> dict:
     # the bench's jobs tolerate its pool's taint: the admin allows it (chart value podSecurity.allowedTolerationKeys)
     op_env["RLTUNE_POD_SECURITY"] = json.dumps({"allowedTolerationKeys": ["nvidia.com/gpu", "rltune.io/bench-pool"]})
     op_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "operator"), os.environ.get("PYTHONPATH", "")]))
-    log = REPO / ".state" / "bench" / f"api-rate-{ns}.log"
+    log = STATE / f"api-rate-{ns}.log"
     op = demo.start_operator(op_env, log, namespaces=(ns,), metrics_port=0)
     out: dict = {"namespace": ns, "operator_root": str(root), "jobs": args.jobs, "waiting": args.waiting}
     try:
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--waiting", type=int, default=5, help="jobs whose pods wait for GPUs (default 5)")
     ap.add_argument("--window", type=float, default=60.0, help="seconds counted (default 60)")
     ap.add_argument("--settle", type=float, default=10.0, help="seconds after the jobs settled, before counting")
-    ap.add_argument("--operator-root", default=str(REPO), help="checkout whose operator runs (default: this one)")
+    ap.add_argument("--operator-root", default=str(ROOT), help="checkout whose operator runs (default: this one)")
     ap.add_argument("--json", help="also write the result here")
     args = ap.parse_args(argv)
     out = run(args)

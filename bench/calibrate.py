@@ -15,6 +15,7 @@ factors (log error, all rows of that hardware together) and prints the table it 
 from __future__ import annotations
 
 import argparse
+import copy
 import dataclasses
 import math
 import statistics
@@ -23,18 +24,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, NamedTuple, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from rltune.api.models import ModelArch, ModelSpec, RLConfig, TaskSpec  # noqa: E402
-from rltune.twin import TWIN_VERSION, Infeasible, simulate_step_breakdown  # noqa: E402
-from rltune.twin import efficiency as effmod  # noqa: E402
-from rltune.twin.core import _cached_step, _weight_sync  # noqa: E402
-from rltune.twin.rollout import replica_cost, simulate_replica  # noqa: E402
-from rltune.twin.training import train_cost  # noqa: E402
-from rltune.twin.workload import Episodes  # noqa: E402
+from bench.paths import ROOT
+from rltune.api.models import ModelArch, ModelSpec, RLConfig, TaskSpec
+from rltune.twin import TWIN_VERSION, Infeasible, efficiency, simulate_step_breakdown
+from rltune.twin.core import _cached_step, _weight_sync
+from rltune.twin.rollout import replica_cost, simulate_replica
+from rltune.twin.training import train_cost
+from rltune.twin.workload import Episodes
 
 LLAMA70 = ModelArch(
     name="llama-3.3-70b", layers=80, hidden=8192, heads=64, kv_heads=8, head_dim=128, ffn=28672, vocab=128256
@@ -141,17 +139,26 @@ VERL_OSP_FSDP2_COLOCATED = dict(
 )
 
 
-def verl_osp_4_12(colocated: dict) -> dict:
-    """The one-step-off recipe's 4:12 run of a colocated baseline's knobs: separate pools (4 rollout,
-    12 trainer GPUs), NCCL sync, staleness 1 without partial rollout, the actor kept on the GPU."""
-    return dict(
-        colocated,
-        placement="disaggregated",
-        trainerGpus=12,
-        weightSync="nccl",
-        trainer=dict(colocated["trainer"], offload=False),
-        **{"async": dict(staleness=1)},
-    )
+# The one-step-off recipe's 4:12 run of a colocated baseline's knobs (layered over them): separate pools
+# (4 rollout, 12 trainer GPUs), NCCL sync, staleness 1 without partial rollout, the actor kept on the GPU
+VERL_OSP_4_12 = dict(
+    placement="disaggregated",
+    trainerGpus=12,
+    weightSync="nccl",
+    trainer=dict(offload=False),
+    **{"async": dict(staleness=1)},
+)
+
+
+def layered(*layers) -> dict:
+    """Layers merged in order into a new dict: a later layer's keys replace an earlier one's, nested
+    mappings merged key by key. A layer is a mapping or the name of one of this module's constants
+    (as the `twin` blocks of bench/data/published_steps.yaml name them)."""
+    out: dict = {}
+    for layer in layers:
+        for k, v in (globals()[layer] if isinstance(layer, str) else layer).items():
+            out[k] = layered(out[k], v) if isinstance(out.get(k), dict) and isinstance(v, dict) else copy.deepcopy(v)
+    return out
 
 
 M = {"step": "step", "gen": "generation", "old_log_prob": "old_logprob", "update": "training"}
@@ -270,7 +277,7 @@ RL_ROWS = [
         rl_row(
             preset("qwen2.5-7b"),
             DAPO7_8K,
-            verl_osp_4_12(VERL_OSP_MEGATRON_COLOCATED),
+            layered(VERL_OSP_MEGATRON_COLOCATED, VERL_OSP_4_12),
             VERL_SCN,
             {"step": "step", "old_log_prob": "old_logprob", "update": "training"},
         ),
@@ -330,7 +337,7 @@ def infer_row(
     )
 
     def run(hw_scn: dict) -> dict:
-        eff = effmod.efficiency(gpu_type, hw_scn)
+        eff = efficiency.efficiency(gpu_type, hw_scn)
         rc = replica_cost(model, task, gpu_type, 8, cfg, eff)
         n = 3 * seqs
         ep_ = Episodes(prompt=np.full(n, isl), gen=np.full(n, osl, dtype=np.int64))
@@ -435,7 +442,7 @@ def train_row(
     cfg = RLConfig.model_validate(dict(gpus=gpus, trainer=trainer))
 
     def run(hw_scn: dict) -> dict:
-        eff = effmod.efficiency(gpu_type, {**hw_scn, "mini_batches": 1, "train_fp8": fp8})
+        eff = efficiency.efficiency(gpu_type, {**hw_scn, "mini_batches": 1, "train_fp8": fp8})
         seqs = np.full(gbs, seq)
         tc = train_cost(model, seqs, gpu_type, gpn, gpus, cfg, eff, reference=False)
         return {"train tok/s/GPU": gbs * seq / tc.training / gpus}
@@ -629,7 +636,7 @@ def sync_row(
     )
 
     def run(hw_scn: dict) -> dict:
-        eff = effmod.efficiency(gpu_type, hw_scn)
+        eff = efficiency.efficiency(gpu_type, hw_scn)
         from types import SimpleNamespace
 
         p = SimpleNamespace(
@@ -731,7 +738,7 @@ def fit(rows: list[Row], rounds: int = 2) -> dict[str, dict]:
         hw_rows = [r for r in rows if r.hw == hw]
         if not hw_rows:
             continue
-        base = dataclasses.asdict(effmod.efficiency(hw))
+        base = dataclasses.asdict(efficiency.efficiency(hw))
         cur = {k: base[k] for k in keys}
         best = log_loss(evaluate(hw_rows, {hw: cur}))
         for _ in range(rounds):
@@ -787,14 +794,14 @@ def table(results) -> tuple[str, dict]:
 
 def write_doc(tab: str, stats: dict, path: Path) -> None:
     hw_lines = []
-    for hw, d in effmod.HARDWARE.items():
+    for hw, d in efficiency.HARDWARE.items():
         if d:
             hw_lines.append(f"| {hw} | " + ", ".join(f"{k} {v}" for k, v in d.items()) + " |")
     groups = "\n".join(f"| {g} | {m:.1f} | {mx:.1f} | {n} |" for g, (m, mx, n) in stats["groups"].items())
     text = f"""# Twin calibration
 
 The first section (between the generated markers) runs the published RL step times of
-bench/published_steps.yaml through the twin with a held-out split by source and leave-one-source-out
+bench/data/published_steps.yaml through the twin with a held-out split by source and leave-one-source-out
 folds (`make bench-published`, issue 14); the sections after it are the older calibration table.
 
 Generated by `PYTHONPATH=operator python3 -m bench.calibrate` (twin {TWIN_VERSION}). Every published

@@ -24,14 +24,12 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
-
-from bench.run import enumerate_space, measured_baseline, select_jobs  # noqa: E402
-from rltune import twin  # noqa: E402
-from rltune.api.models import RLTuningJobSpec  # noqa: E402
-from rltune.tuner import physics  # noqa: E402
-from rltune.tuner.core import Tuner  # noqa: E402
+from bench.oracle import enumerate_space
+from bench.run import measured_baseline, select_jobs
+from rltune import twin
+from rltune.api.models import RLTuningJobSpec
+from rltune.tuner import physics
+from rltune.tuner.core import Tuner
 
 REGIMES = ("stream", "drain")
 

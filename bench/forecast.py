@@ -24,15 +24,11 @@ import argparse
 import json
 import multiprocessing as mp
 import statistics
-import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
-
-from bench.run import measured_baseline, median_of_medians_interval, run_rltune, select_jobs  # noqa: E402
-from rltune.api.models import RLTuningJobSpec  # noqa: E402
+from bench.run import measured_baseline, median_of_medians_interval, run_rltune, select_jobs
+from rltune.api.models import RLTuningJobSpec
 
 LAST_INDEX = 10  # trials from this index on are pooled in the per-index table
 

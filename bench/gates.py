@@ -28,15 +28,10 @@ on the same trend-adjusted bounds that were considered: `non-inferiority` (rejec
 hi <= tol) and `sig. drop & not NI` (reject when lo > 0 and hi > tol: non-inferiority where the
 steps resolve the tolerance, false alarms <= alpha at no drop). The other gates are the same.
 
-Twin trials through the quality path: simulate_trial costs 0.3-0.8 s per trial on these jobs (the
-rollout of every step is simulated), too slow for thousands of pairs on one core. A trial's reward,
-log-prob mismatch and staleness come from the twin's `_quality(plan, step, lag, rng)`; the speed
-simulation only supplies the lag (0 on every benchmark baseline: colocated, synchronous) and the
-step times (irrelevant to the gates). So trials are built from the noiseless steps of the plan plus
-`_quality` with the same per-step generator simulate_trial seeds (np.random.default_rng([seed,
-step])); the noise draws differ from simulate_trial's (whose generator first feeds the rollout)
-but have the same distribution. `--check` (on by default) verifies the path: for every job the
-noiseless records equal simulate_trial(noise=False) exactly.
+Twin trials come through the quality path of bench/confirm.py (QualityTrials: the noiseless steps
+of the plan plus the twin's `_quality` draws, the same distribution as simulate_trial's). `--check`
+(on by default) verifies the path: for every job the noiseless records equal
+simulate_trial(noise=False) exactly.
 
 After the per-budget tables, `--shipped S/W/C` (default: the CRD's 6/1/12) runs the gate as the lifecycle does:
 a screening trial of S steps, then the winner's confirmation of C steps, under each
@@ -61,7 +56,6 @@ from __future__ import annotations
 import argparse
 import ast
 import copy
-import dataclasses
 import json
 import math
 import sys
@@ -71,18 +65,14 @@ from typing import Optional
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
-
-from bench.jobs import jobs as bench_jobs  # noqa: E402
-from bench.run import Confirmation, job_plan  # noqa: E402
-from rltune import twin  # noqa: E402
-from rltune.api.metrics import StepRecord  # noqa: E402
-from rltune.api.models import Budget, RLTuningJobSpec, trial_spec_for  # noqa: E402
-from rltune.tuner import baseline_record, records, summarize  # noqa: E402
-from rltune.tuner import gates as G  # noqa: E402
-from rltune.twin.core import _quality, simulate_one_step  # noqa: E402
-from rltune.twin.efficiency import Efficiency  # noqa: E402
+from bench.confirm import QualityTrials, confirmation_run, stored_summary
+from bench.jobs import jobs as bench_jobs
+from bench.paths import RESULTS, ROOT
+from rltune.api.metrics import StepRecord
+from rltune.api.models import Budget, RLConfig, RLTuningJobSpec
+from rltune.tuner import baseline_record, records, summarize
+from rltune.tuner import gates as quality_gates
+from rltune.twin.efficiency import Efficiency
 
 BUDGETS = ((4, 1), (6, 1), (11, 1))
 DROPS = tuple(k / 4 for k in range(1, 17))  # 0.25 .. 4 x tolerance
@@ -106,25 +96,6 @@ FORMER_LAG_PENALTY = 0.35
 PENALTIES = tuple(sorted({0.0, TWIN_LAG_PENALTY, 0.2, FORMER_LAG_PENALTY}))
 
 
-def stored_summary(summary):
-    """A baseline's summary as the resource status keeps it and the tuner reads it back (rounded,
-    per-step rewards kept): what every confirmation is judged against."""
-    return records.unflatten_summary(records.flatten_summary(summary, keep_rewards=True))
-
-
-def confirmation_run(recs: list[StepRecord], base, spec: RLTuningJobSpec) -> Confirmation:
-    """A winner's confirmation as the lifecycle judges it: at each of gates.confirmation_looks the
-    steps so far go through gates.evaluate (non-inferiority under rewardGate nonInferiority, at the
-    look's level); the first look that passes confirms it after that look's steps, none rejects it
-    after the full run."""
-    b, c = spec.budget, spec.constraints
-    ni = c.reward_gate == "nonInferiority"
-    for look in G.confirmation_looks(b, c):
-        if G.passed(G.evaluate(summarize(recs[: look.steps]), base, c, confirmation=ni, alpha=look.alpha)):
-            return Confirmation(True, look.steps)
-    return Confirmation(False, len(recs))
-
-
 # ------------------------------------------------------------------------------ the previous gate
 
 
@@ -144,78 +115,12 @@ def legacy_welch(cand: list[float], base: list[float], tol: float) -> float:
     t = (mc - thr) / math.sqrt(se2)
     den = (vc / len(cand)) ** 2 / (len(cand) - 1) + (vb / len(base)) ** 2 / (len(base) - 1)
     df = se2**2 / den if den > 0 else float(len(cand) + len(base) - 2)
-    return G.t_cdf(t, df)
+    return quality_gates.t_cdf(t, df)
 
 
 def legacy_reward_reject(cand: list[float], base: list[float], tol: float, alpha: float) -> bool:
     p = legacy_welch(cand, base, tol)
     return not (p >= alpha)  # NaN p (NaN rewards) failed the old gate too
-
-
-# ------------------------------------------------------------------------------ twin trials
-
-
-class QualityTrials:
-    """Trials of one configuration through the twin's quality path (module docstring)."""
-
-    def __init__(self, spec: RLTuningJobSpec, cfg, steps: int, warmup: int):
-        self.spec, self.cfg, self.steps, self.warmup = spec, cfg, steps, warmup
-        self.plan = job_plan(spec, cfg)
-        warm = simulate_one_step(self.plan, None, warmup=True)
-        steady = simulate_one_step(self.plan, None, warmup=False)
-        self.template = []
-        for i in range(steps):
-            r = warm if i == 0 else steady
-            self.template.append(
-                StepRecord(
-                    step=i,
-                    duration=r.duration,
-                    phases=dict(r.phases),
-                    generated_tokens=r.generated,
-                    trained_tokens=r.trained,
-                    staleness=r.staleness,
-                    kv_usage=r.kv_usage,
-                    preemptions=r.preemptions,
-                    warmup=i < warmup,
-                )
-            )
-        self.noiseless = self.trial(None)
-        scored = [s for s in self.noiseless if not s.warmup]
-        self.mu_reward = sum(s.reward for s in scored) / len(scored)
-        self.mu_mismatch = sum(s.logprob_mismatch for s in scored) / len(scored)
-
-    def trial(self, seed: Optional[int], lag_penalty: Optional[float] = None) -> list[StepRecord]:
-        """One trial's records (seed None: noiseless). `lag_penalty`: learn as if each step of lag
-        stretched the learning curve by this much instead of the twin's Efficiency.lag_penalty (the same
-        noise draws; only reward_tau is rescaled for the steps that lag)."""
-        out = []
-        for t in self.template:
-            rng = None if seed is None else np.random.default_rng([seed, t.step])
-            plan = self.plan
-            if lag_penalty is not None and t.staleness > 0:
-                f = plan.eff.fp8_tau_stretch if plan.cfg.rollout.fp8 else 0.0
-                scale = (1.0 + lag_penalty * t.staleness + f) / (1.0 + plan.eff.lag_penalty * t.staleness + f)
-                plan = dataclasses.replace(
-                    plan, eff=dataclasses.replace(plan.eff, reward_tau=plan.eff.reward_tau * scale)
-                )
-            reward, mismatch = _quality(plan, t.step, t.staleness, rng)
-            s = copy.copy(t)
-            s.phases = dict(t.phases)
-            s.reward, s.logprob_mismatch = reward, mismatch
-            out.append(s)
-        return out
-
-    def check(self, name: str) -> None:
-        """The quality path's noiseless records equal simulate_trial(noise=False)'s."""
-        ts = trial_spec_for("bench", name, "check", self.spec, self.cfg, self.steps, self.warmup, seed=0)
-        ref = twin.simulate_trial(ts, noise=False)
-        for a, b in zip(ref, self.noiseless, strict=True):
-            for f in ("reward", "logprob_mismatch", "staleness", "duration", "warmup"):
-                va, vb = getattr(a, f), getattr(b, f)
-                if not (va == vb or (isinstance(va, float) and math.isclose(va, vb, rel_tol=1e-9, abs_tol=1e-12))):
-                    raise SystemExit(
-                        f"{name}: quality path differs from simulate_trial at step {a.step} {f}: {va} != {vb}"
-                    )
 
 
 # ------------------------------------------------------------------------------ injections
@@ -254,7 +159,7 @@ def injections(
 def judge(summary, base_summary, spec: RLTuningJobSpec) -> dict[str, set[str]]:
     """Rule -> the set of failed gates, for the three reward rules."""
     c = spec.constraints
-    g = G.evaluate(summary, base_summary, c)
+    g = quality_gates.evaluate(summary, base_summary, c)
     others = {n for n, r in g.items() if not r.passed and n != "reward"}
     out = {"after": others | ({"reward"} if "reward" in g and not g["reward"].passed else set())}
     rw, bw = summary.rewards, base_summary.rewards
@@ -266,7 +171,7 @@ def judge(summary, base_summary, spec: RLTuningJobSpec) -> dict[str, set[str]]:
         {"reward"} if legacy_reward_reject(rw, bw, c.reward_tolerance, c.reward_test_alpha) else set()
     )
     if finite:
-        rt = G.reward_test(rw, bw, c.reward_tolerance, c.reward_test_alpha)
+        rt = quality_gates.reward_test(rw, bw, c.reward_tolerance, c.reward_test_alpha)
         margin = c.reward_tolerance if abs(rt.mean_b) > 1e-12 else 0.0
         ni = rt.hi > margin + 1e-12
         comb = ni and rt.lo > 1e-12
@@ -344,7 +249,7 @@ def run_shipped(job: dict, job_index: int, shipped: tuple[int, int, int], seeds:
             for (reg, size, rs), (_, _, rc) in zip(screen, conf, strict=True):
                 cell = cells.setdefault(f"{reg}|{size:g}", {"regression": reg, "size": size, "n": 0})
                 cell["n"] += 1
-                s_ok = G.passed(G.evaluate(summarize(rs), base, c))
+                s_ok = quality_gates.passed(quality_gates.evaluate(summarize(rs), base, c))
                 run = confirmation_run(rc, base, spec) if s_ok else None
                 c_ok = run is not None and run.passed
                 cell["screen"] = cell.get("screen", 0) + (not s_ok)
@@ -359,8 +264,6 @@ def judged_configs(job_name: str, results: Path) -> Optional[dict]:
     """The job's oracle configuration and its best synchronous (staleness 0) one among every
     configuration the benchmark judged (its yardstick: the oracle's shortlist and every method's
     picks), with their speed-ups on the yardstick; None if the job is not in `results`."""
-    from rltune.api.models import RLConfig
-
     rows = {r["job"]: r for r in json.loads(results.read_text())} if results.exists() else {}
     r = rows.get(job_name)
     if r is None:
@@ -417,7 +320,10 @@ def run_grey_zone(
             for mode in modes:
                 base = bases[profile_steps[mode]][i]
                 spec.constraints.reward_gate = mode
-                cell[mode] += G.passed(G.evaluate(cand_s, base, c)) and confirmation_run(cand_c, base, spec).passed
+                cell[mode] += (
+                    quality_gates.passed(quality_gates.evaluate(cand_s, base, c))
+                    and confirmation_run(cand_c, base, spec).passed
+                )
         out["penalties"][f"{pen:g}"] = cell
     return out
 
@@ -609,7 +515,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-check", action="store_true", help="skip the check against simulate_trial")
     ap.add_argument(
         "--results",
-        default=str(ROOT / "bench" / "results.json"),
+        default=str(RESULTS / "results.json"),
         help="the benchmark's seed-set results, whose oracles the grey-zone table ships (skipped if absent)",
     )
     ap.add_argument("--out", default=str(ROOT / "out" / "bench-gates.json"))

@@ -19,9 +19,14 @@ evaluate every configuration on the twin (exhaustive, noiseless).
 from __future__ import annotations
 
 import copy
+import random
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.oracle import enumerate_space, true_objective
+from bench.paths import ROOT
+from rltune.api.models import RLTuningJobSpec
+from rltune.api.presets import PRESETS
+from rltune.tuner.search import Space
 
 MATH = {
     "kind": "math",
@@ -378,15 +383,6 @@ def _gen_scenario(rng, agentic: bool, moe: bool) -> dict:
 def generated_jobs(n: int = 10, seed: int = GEN_SEED, prefix: str = "gen") -> list[dict]:
     """`n` jobs drawn with a fixed seed (named `prefix`-NN-...); each redrawn until its baseline runs
     on the twin and its space is small enough for the exhaustive oracle."""
-    import random
-    import sys
-
-    sys.path.insert(0, str(ROOT / "operator"))
-    from bench.run import enumerate_space, true_objective
-    from rltune.api.models import RLTuningJobSpec
-    from rltune.api.presets import PRESETS
-    from rltune.tuner.search import Space
-
     rng = random.Random(seed)
     seed_pairs = {(j["spec"]["workload"]["model"]["preset"], j["spec"]["resources"]["gpuType"]) for j in jobs()}
     out: list[dict] = []

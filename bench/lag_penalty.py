@@ -4,7 +4,7 @@ the same seeds, and the twin's learning-curve model fitted to both.
 
     PYTHONPATH=operator python3 -m bench.lag_penalty [--spec examples/real-grpo-cpu.yaml] [--seeds 8]
         [--steps 30] [--lr 1e-3] [--dir out/lag-penalty]
-    PYTHONPATH=operator python3 -m bench.lag_penalty --from bench/lag-penalty-cpu/lr1e-3
+    PYTHONPATH=operator python3 -m bench.lag_penalty --from bench/data/lag-penalty-cpu/lr1e-3
 
 Why (issue 17; docs/tuner.md 'The reward gate on the winner'): whether `rewardGate nonInferiority`
 can be the default turns on how much slower a one-step-off run learns per step than a synchronous
@@ -36,10 +36,8 @@ from typing import Optional
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
-
-from rltune.twin.efficiency import Efficiency  # noqa: E402
+from bench.paths import ROOT
+from rltune.twin.efficiency import Efficiency
 
 CONFIRM_WINDOW = slice(1, 12)  # a 12-step confirmation's scored steps (warm-up step 0 left out)
 TAU_GRID = np.linspace(0.5, 200.0, 4000)

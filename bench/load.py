@@ -43,10 +43,12 @@ from pathlib import Path
 import yaml
 
 from bench import api_rate
-from bench.api_rate import demo, testbed
+from bench.paths import ROOT, STATE, hack_module
 
-REPO = api_rate.REPO
-EXAMPLE = REPO / "examples" / "twin-demo.yaml"
+demo = hack_module("demo")  # hack/demo.py
+testbed = hack_module("testbed")  # hack/testbed.py
+
+EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
 TAINT = "rltune.io/bench-pool"
 ACTIVE = ("Pending", "Running", "Scoring")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -343,8 +345,8 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict, core, custom, pool:
     op_env = dict(env, KUBECONFIG=str(testbed.operator_kubeconfig()))
     # the bench's jobs tolerate its pool's taint: the admin allows it (chart value podSecurity.allowedTolerationKeys)
     op_env["RLTUNE_POD_SECURITY"] = json.dumps({"allowedTolerationKeys": ["nvidia.com/gpu", TAINT]})
-    op_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "operator"), os.environ.get("PYTHONPATH", "")]))
-    log = REPO / ".state" / "bench" / f"load-{ns}.log"
+    op_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "operator"), os.environ.get("PYTHONPATH", "")]))
+    log = STATE / f"load-{ns}.log"
     offset = testbed.AUDIT_LOG.stat().st_size
     t0 = time.time()
     op = demo.start_operator(op_env, log, namespaces=(ns,), metrics_port=0)
@@ -491,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default="kueue,plain", help="kueue, plain or both (default kueue,plain)")
     ap.add_argument("--timeout", type=float, default=1500, help="seconds per run before giving up")
     ap.add_argument("--progress", type=float, default=15, help="seconds between progress lines")
-    ap.add_argument("--json", default=str(REPO / "out" / "bench-load.json"))
+    ap.add_argument("--json", default=str(ROOT / "out" / "bench-load.json"))
     args = ap.parse_args(argv)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in ("kueue", "plain") for m in modes):

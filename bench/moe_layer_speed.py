@@ -29,18 +29,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from rltune.api.models import ModelArch, ModelSpec  # noqa: E402
+from bench.paths import ROOT
+from rltune.api.models import ModelArch, ModelSpec
 
 PATHS = ("loop", "grouped")
 

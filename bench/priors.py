@@ -30,13 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
-
-from bench.jobs import jobs as bench_jobs  # noqa: E402
-from bench.run import enumerate_space, measured_baseline  # noqa: E402
-from rltune.api.models import RLTuningJobSpec  # noqa: E402
-from rltune.tuner import forecast  # noqa: E402
+from bench.jobs import jobs as bench_jobs
+from bench.oracle import enumerate_space
+from bench.run import measured_baseline
+from rltune.api.models import RLTuningJobSpec
+from rltune.tuner import forecast
 
 GRID = np.exp(np.linspace(math.log(0.01), math.log(2.0), 25))
 

@@ -5,9 +5,10 @@
     PYTHONPATH=operator python -m bench.published --no-fit   # shipped factors only (fast)
     make bench-published                                     # --folds
 
-Rows: bench/published_steps.yaml (sources, split and scoring rules fixed there before fitting; summary in
-docs/published-steps.md). Output: out/bench-published.md and out/bench-published.json; `report()` returns the
-markdown and the stats so docs/calibration.md can embed them.
+Rows: bench/data/published_steps.yaml (sources, split and scoring rules fixed there before fitting, and
+each row's twin inputs in its `twin` block, read by `twin_inputs`; summary in docs/published-steps.md).
+Output: out/bench-published.md and out/bench-published.json; `report()` returns the markdown and the
+stats so docs/calibration.md can embed them.
 
 Fitting: the per-hardware factors bench/calibrate.py's `fit` searches (FIT_KEYS within BOUNDS), on
 calibrate's non-RL rows (inference, pre-training) plus published rows. calibrate's own RL and weight-sync
@@ -65,21 +66,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+from bench import calibrate
+from bench.paths import DATA, ROOT
+from rltune.api.models import ModelArch, RLConfig, TaskSpec
+from rltune.twin import Infeasible, efficiency, simulate_step_breakdown
+from rltune.twin.core import _cached_step
+from rltune.twin.workload import sample_episodes
 
-import numpy as np  # noqa: E402
-
-from bench import calibrate as cal  # noqa: E402
-from rltune.api.models import ModelArch, RLConfig, TaskSpec  # noqa: E402
-from rltune.twin import Infeasible, simulate_step_breakdown  # noqa: E402
-from rltune.twin import efficiency as effmod  # noqa: E402
-from rltune.twin.core import _cached_step  # noqa: E402
-from rltune.twin.workload import sample_episodes  # noqa: E402
-
-YAML_PATH = ROOT / "bench" / "published_steps.yaml"
+YAML_PATH = DATA / "published_steps.yaml"
 HEADLINE_KINDS = ("step", "mean_step_from_total")
 
 # ------------------------------------------------------------------------------ architectures (HF config.json)
@@ -139,9 +136,6 @@ PHASES_SYNC = {
 }
 PHASES_ASYNC = {**PHASES_SYNC, "gen_s": "waiting", "wait_prev_gen_s": "waiting"}
 
-# verl documented defaults (rule R-e)
-VERL_ROLLOUT_DEFAULTS = dict(gpuMemoryUtilization=0.5, maxNumSeqs=1024, maxNumBatchedTokens=8192)
-
 
 @dataclass
 class Built:
@@ -159,7 +153,7 @@ class Built:
     unsupported: list
     metrics: dict  # published metric -> value (the ones the twin is scored on)
     assumptions: list
-    row: Optional[cal.Row] = None
+    row: Optional[calibrate.Row] = None
     not_run: Optional[str] = None
     inputs: Optional[dict] = None  # model, task, gpu, gpn, cfg, scenario (step rows)
     refused: dict = field(default_factory=dict)  # scenario key -> Infeasible reason
@@ -186,348 +180,13 @@ def split_of(data: dict) -> dict[str, str]:
 # ------------------------------------------------------------------------------ twin inputs per row
 
 
-# The ReTool rows' workload (docs/published-steps.md, "The ReTool rows"). Assistant turns: verl's
-# recipe/retool README publishes val num_turns/mean 7.2 after SFT and 10 after RL, and its agent loop counts
-# num_turns = user + assistant + 1 with one tool reply per assistant turn but the last, so 3.6-5 assistant
-# turns: 4. Observations: verl truncates a tool reply to max_tool_response_length = 256 characters
-# (default, set by neither script); Qwen2.5 writes digits one token each, so <= ~128 tokens + ~20 of the
-# Hermes tool-response wrapper. Latency: rStar2-Agent's Python code environment averages 0.3 s per call
-# (arXiv 2508.20722); Sandbox Fusion publishes none. Sandboxes: the tool config's rate limit (128).
-RETOOL_TURNS, RETOOL_OBS_TOKENS, RETOOL_TOOL_S, RETOOL_SANDBOXES = 4, 150, 0.3, 128
-
-
-def _verl_async(r: dict) -> dict:
-    thr = float(r["async"]["staleness_threshold"])
-    return dict(staleness=max(1, math.ceil(thr)), partialRollout=True, staleFraction=thr)
-
-
-def _verl_cfg(r: dict, rollout: dict, trainer: dict) -> dict:
-    """A verl row's configuration: fully-async rows run separate pools (NCCL sync, the row's staleness
-    threshold), every other row the colocated hybrid engine."""
-    if r["mode"] != "fully_async":
-        return dict(gpus=r["gpus"], rollout=rollout, trainer=trainer)
-    return dict(
-        gpus=r["gpus"],
-        placement="disaggregated",
-        trainerGpus=r["placement"]["trainer_gpus"],
-        weightSync="nccl",
-        rollout=rollout,
-        trainer=trainer,
-        **{"async": _verl_async(r)},
-    )
-
-
-def _task_of(b: dict) -> TaskSpec:
-    """The task of a row's `batch` (prompts, samples, max prompt and response); mean response unset (R-e: max/4)."""
-    return TaskSpec(
-        promptsPerStep=int(b["prompts_per_step"]),
-        samplesPerPrompt=int(b["samples_per_prompt"]),
-        maxPromptTokens=int(b["max_prompt_tokens"]),
-        maxResponseTokens=int(b["max_response_tokens"]),
-    )
-
-
-def _step_inputs(r: dict) -> tuple[ModelArch, TaskSpec, str, int, dict, dict, list[str]]:
-    """(model, task, gpu_type, gpus_per_node, RLConfig dict, scenario, assumptions) of a step/throughput row."""
-    rid, src = r["id"], r["source"]
-    b = r.get("batch") or {}
-    gpus = r["gpus"]
-    hw = r["hardware"]
-    gpn = r.get("gpus_per_node") or 8
-    model = cal.preset(r["twin_preset"]) if r.get("twin_preset") else ARCHS[r["model"]]
-    A: list[str] = []
-
-    if src in ("verl-async-h20", "verl-megatron-moe"):
-        A.append("R-b")
-        fsdp7 = cal.VERL_FSDP_7B
-        async_row = r["mode"] == "fully_async"
-        if rid in CALIBRATE_TWINS:
-            A.append("calibrate.py row '" + CALIBRATE_TWINS[rid] + "' (its assumptions)")
-        if rid.startswith("verl-fa-7b-colocate") or rid.startswith("verl-fa-7b-async-"):
-            task = cal.DAPO7_28K
-            scn = dict(cal.VERL_FSDP_SCN)
-            if rid.startswith("verl-fa-7b-async-64-64-reqbatch"):
-                # 512 prompts per logged step whatever require_batches: the doc's rule trigger_parameter_sync_step
-                # = train_batch_size / (require_batches x ppo_mini_batch_size) and the table's alike 100-step totals
-                A.append(
-                    "512 prompts per step for every require_batches (trigger = 512 / (require_batches x 32), the "
-                    "doc's rule; the table's 100-step totals agree); response lengths that differ by "
-                    "require_batches (the section says so) not modelled"
-                )
-            cfg = _verl_cfg(r, **(fsdp7 if async_row else cal.VERL_FSDP_7B_COLOCATED))
-            if async_row:
-                scn["rollout_logprobs"] = True
-            return model, task, hw, gpn, cfg, scn, A
-        if rid.startswith("verl-fa-7b-10k"):
-            task = TaskSpec(
-                promptsPerStep=512,
-                samplesPerPrompt=16,
-                maxPromptTokens=2048,
-                maxResponseTokens=10240,
-                meanResponseTokens=1000,
-                responseLengthCv=2.0,
-            )
-            A.append("sibling conventions: FSDP2 knobs of the 28k rows, mean response 1,000 CV 2 (calibrate's 20k row)")
-            A.append("old_log_prob 0.0 published -> rollout log-probs reused (no old-log-prob pass)")
-            scn = {**cal.VERL_FSDP_SCN, "rollout_logprobs": True}
-            return model, task, hw, gpn, _verl_cfg(r, **fsdp7), scn, A
-        if rid.startswith("verl-fa-7b-retool"):
-            # The ReTool workload and knobs from the scripts at the page's commit (docs/published-steps.md,
-            # "The ReTool rows"): recipe/retool/run_qwen2_7b_dapo.sh for colocated (its batch 64, mini 16
-            # and 16 turns are the page's), recipe/fully_async_policy/shell/dapo_7b_async_retool.sh async.
-            task = TaskSpec(
-                kind="agentic-coding",
-                promptsPerStep=64,
-                samplesPerPrompt=16,
-                maxPromptTokens=2048,
-                maxResponseTokens=16384,
-                responseLengthCv=2.0,
-                turns=RETOOL_TURNS,
-                toolLatencySeconds=RETOOL_TOOL_S,
-                sandboxes=RETOOL_SANDBOXES,
-            )
-            A.append(
-                f"R-e: {RETOOL_TURNS} assistant turns (recipe/retool README: val num_turns 7.2 after SFT, 10 after "
-                f"RL; num_turns = user + assistant + 1), {RETOOL_OBS_TOKENS} observation tokens per turn (verl's "
-                f"max_tool_response_length 256 characters), {RETOOL_TOOL_S} s per code execution (rStar2-Agent's "
-                f"Python environment), {RETOOL_SANDBOXES} sandboxes (the tool config's rate limit), mean response max/4"
-            )
-            A.append(
-                "script knobs: rollout tp4, gmu "
-                + ("0.8" if async_row else "0.9")
-                + ", 8,192 batched tokens (verl default); Ulysses sp4, 18,432 tokens per GPU, full recompute"
-                + ("" if async_row else ", actor offload")
-                + "; 4 mini-batches (64/16)"
-            )
-            rollout = dict(
-                tp=4, gpuMemoryUtilization=0.8 if async_row else 0.9, maxNumSeqs=1024, maxNumBatchedTokens=8192
-            )
-            trainer = dict(tp=1, cp=4, microBatchTokens=18432, recompute="full", offload=not async_row)
-            scn = {**cal.VERL_FSDP_SCN, "mini_batches": 4, "obs_tokens": float(RETOOL_OBS_TOKENS)}
-            cfg = _verl_cfg(r, rollout, trainer)
-            if async_row:
-                scn["rollout_logprobs"] = True
-            return model, task, hw, gpn, cfg, scn, A
-        if rid == "verl-osp-7b-megatron-colocate-16":
-            return model, cal.DAPO7_8K, hw, gpn, dict(cal.VERL_OSP_MEGATRON_COLOCATED), dict(cal.VERL_SCN), A
-        if rid == "verl-osp-7b-megatron-onestepoff-4-12":
-            cfg = cal.verl_osp_4_12(cal.VERL_OSP_MEGATRON_COLOCATED)
-            return model, cal.DAPO7_8K, hw, gpn, cfg, dict(cal.VERL_SCN), A
-        if rid.startswith("verl-osp-7b-fsdp2"):
-            cfg = dict(cal.VERL_OSP_FSDP2_COLOCATED)
-            if r["mode"] == "one_step_off":
-                cfg = cal.verl_osp_4_12(cfg)
-                A.append(
-                    "sibling conventions: calibrate's FSDP2 colocated row; one-step-off as calibrate's Megatron 4:12"
-                )
-            return model, cal.DAPO7_20K, hw, gpn, cfg, dict(cal.VERL_FSDP_SCN), A
-        if rid.startswith("verl-fa-30b"):
-            rollout = dict(tp=4, expertParallel=True, gpuMemoryUtilization=0.6, maxNumSeqs=1024)
-            trainer = dict(tp=1, ep=8, microBatchTokens=16384, recompute="full")
-            scn = {**cal.VERL_SCN, "reference_policy": True}
-            if async_row:
-                # R-b: the YAML states the script's layout and mini-batch, which differ from the sibling's
-                par, b = r["parallelism"], r["batch"]
-                trainer |= dict(
-                    tp=par["train_tp"], pp=par["train_pp"], cp=par["train_cp"], ep=par["train_ep"], etp=par["train_etp"]
-                )
-                scn |= {"rollout_logprobs": True, "mini_batches": b["prompts_per_step"] // b["ppo_mini_batch_prompts"]}
-                A.append(
-                    "sibling conventions: calibrate's 30B colocated row (512x16, mean 2,048, rollout tp4 EP); the "
-                    "YAML's trainer TP2 CP2 EP8 ETP1 and 4 mini-batches (512 / 128)"
-                )
-            return model, cal.GRPO30_8K, hw, gpn, _verl_cfg(r, rollout, trainer), scn, A
-        if rid == "verl-dsv3-671b-colocate-96":
-            task = TaskSpec(
-                promptsPerStep=96,
-                samplesPerPrompt=8,
-                maxPromptTokens=2048,
-                maxResponseTokens=9632,
-                meanResponseTokens=1960,
-            )
-            cfg = dict(
-                gpus=96,
-                rollout=dict(tp=32, gpuMemoryUtilization=0.5, maxNumSeqs=1024, maxNumBatchedTokens=8192),
-                trainer=dict(tp=8, pp=12, ep=8, etp=1, microBatchTokens=16384, recompute="full", offload=True),
-            )
-            A.append(
-                "published mean response 1,960; 96/32 = 3 mini-batches; verl defaults for rollout gmu/seqs "
-                "(R-e); Megatron TP8 PP12 EP8 ETP1 with param/optimizer offload (script); no reference (not stated)"
-            )
-            # optimizer_offload_fraction 1.0 is Megatron's CPU optimizer (Adam on the host every step): the
-            # twin's default offload, not verl's swap of an optimizer that steps on the GPU
-            return model, task, hw, gpn, cfg, {"mini_batches": 3}, A
-        raise KeyError(rid)
-
-    if src == "areal" and rid.startswith("areal-v01"):
-        # AReaL v0.1 tutorial's logged run: the launch line and train_small_on_ray.sh state the setup;
-        # not an AReaL-boba row, so R-c does not apply and the mean response is R-e's max / 4.
-        A.append("R-e")
-        p = r["parallelism"]
-        task = _task_of(b)
-        roll_g = int(r["placement"]["rollout_gpus"])
-        cfg = dict(
-            gpus=gpus,
-            placement="disaggregated",
-            trainerGpus=gpus - roll_g,
-            weightSync="disk",
-            rollout=dict(
-                tp=int(p["rollout_tp"]),
-                gpuMemoryUtilization=0.98,
-                maxNumSeqs=int(p["vllm_max_num_seqs"]),
-                maxNumBatchedTokens=8192,
-            ),
-            trainer=dict(tp=1, pp=int(p["train_pp"]), microBatchTokens=int(p["max_tokens_per_mb"]), recompute="full"),
-            **{"async": dict(staleness=0)},
-        )
-        A.append(
-            f"launch line: {roll_g} vLLM GPUs (16 x TP4) : {gpus - roll_g} trainer (DP32 x PP2), synchronous; "
-            "vLLM gpu_memory_utilization 1 -> 0.98 (the twin's ceiling); mean response max/4 = 4,096 (R-e); "
-            "4 mini-batches; KL 0.01 -> reference pass; weights via disk (as the v0.3 rows); chunk 8192 and "
-            "full recompute (R-e)"
-        )
-        return model, task, hw, gpn, cfg, {"mini_batches": int(b["ppo_minibatches"]), "reference_policy": True}, A
-
-    if src == "areal":
-        A.append("R-c")
-        is7 = "7B" in r["model"]
-        mean = 10426 if is7 else 14255
-        task = TaskSpec(
-            promptsPerStep=512,
-            samplesPerPrompt=16,
-            maxPromptTokens=1024,
-            maxResponseTokens=27648,
-            meanResponseTokens=mean,
-        )
-        if r["mode"] == "fully_async":
-            roll_g = gpus * 3 // 4
-            pp = 4 if is7 else 2
-            gmu = 0.7 if is7 else 0.8
-            mbt = 32768
-            asy = dict(staleness=int(r["async"]["max_head_offpolicyness"]), partialRollout=True)
-            A.append(f"GPU split {roll_g} SGLang : {gpus - roll_g} trainer (build_cmd.py), trainer PP{pp}, staleness 4")
-        else:
-            roll_g = gpus // 2
-            pp = 2
-            gmu = 0.8
-            mbt = 30720
-            asy = dict(staleness=0)
-            A.append(f"GPU split {roll_g} SGLang : {gpus - roll_g} trainer (sync configs), trainer PP2, staleness 0")
-        cfg = dict(
-            gpus=gpus,
-            placement="disaggregated",
-            trainerGpus=gpus - roll_g,
-            weightSync="disk",
-            rollout=dict(tp=1, gpuMemoryUtilization=gmu, maxNumSeqs=1024, maxNumBatchedTokens=8192),
-            trainer=dict(tp=1, pp=pp, microBatchTokens=mbt, recompute="full"),
-            **{"async": asy},
-        )
-        A.append(
-            f"mean response {mean:,} (RLinf's published mean for the model); SGLang maxNumSeqs 1024, chunk 8192 (R-e)"
-        )
-        return model, task, hw, gpn, cfg, {"mini_batches": 4}, A
-
-    if src == "rlinf":
-        A.append("R-a")
-        mean = int(round(b["mean_response_tokens"]))
-        prompts = int(b["prompts_per_step"])
-        task = TaskSpec(
-            promptsPerStep=prompts,
-            samplesPerPrompt=16,
-            maxPromptTokens=1024,
-            maxResponseTokens=27648,
-            meanResponseTokens=mean,
-        )
-        if rid == "rlinf-verl-7b-colocate-64":
-            cfg = dict(
-                gpus=64,
-                rollout=dict(tp=2, gpuMemoryUtilization=0.4, maxNumSeqs=1024, maxNumBatchedTokens=8192),
-                trainer=dict(tp=1, cp=4, microBatchTokens=30000, recompute="full", offload=True),
-            )
-            A.append(
-                "verl bash example on the page: FSDP Ulysses sp4 (cp4), offload, ppo_max_token_len 30000, "
-                "mini 32 -> 4 mini-batches, reference pass (ref time published); verl defaults otherwise (R-e)"
-            )
-            scn = {"mini_batches": 4, "fsdp": True, "reference_policy": True, "offload_swap": True}
-            return model, task, hw, gpn, cfg, scn, A
-        verl = rid.startswith("rlinf-verl")
-        cfg = dict(
-            gpus=8,
-            rollout=dict(tp=2, **VERL_ROLLOUT_DEFAULTS),
-            trainer=dict(tp=2, microBatchTokens=16384, recompute="full"),
-        )
-        A.append(
-            "train TP2 x DP4 (page); 32 prompts < verl's default ppo_mini_batch_size 256 -> 1 mini-batch; "
-            "verl rollout/trainer defaults (R-e); 20 recomputed blocks as full recompute; "
-            + (
-                "reference pass counted (the page says only RLinf's numbers exclude it)"
-                if verl
-                else "no reference pass (excluded from RLinf's numbers)"
-            )
-        )
-        return model, task, hw, gpn, cfg, {"mini_batches": 1, "reference_policy": verl}, A
-
-    if src == "simplerl-zoo":
-        A.append("R-d")
-        tp = int(r["parallelism"]["rollout_tp"])
-        task = TaskSpec(
-            promptsPerStep=1024,
-            samplesPerPrompt=8,
-            maxPromptTokens=1024,
-            maxResponseTokens=8192,
-            meanResponseTokens=2048,
-        )
-        cfg = dict(
-            gpus=gpus,
-            rollout=dict(tp=tp, gpuMemoryUtilization=0.75, maxNumSeqs=1024, maxNumBatchedTokens=1024 + 8192 + 1000),
-            trainer=dict(tp=1, microBatchTokens=2 * (256 + 2048), recompute="full"),
-        )
-        A.append(f"rollout TP {tp}; micro-batch 2 sequences ~ 2 x (256 + 2,048) tokens; mean response 2,048 = max/4")
-        return model, task, hw, gpn, cfg, {"mini_batches": 4, "fsdp": True, "reference_policy": True}, A
-
-    if src == "rocm-verl":
-        A.append("R-e")
-        tp = int(r["parallelism"]["rollout_tp"])
-        task = _task_of(b)
-        gmu = float(r["parallelism"]["gpu_memory_utilization"])
-        cfg = dict(
-            gpus=8,
-            rollout=dict(tp=tp, gpuMemoryUtilization=gmu, maxNumSeqs=1024, maxNumBatchedTokens=8192),
-            trainer=dict(tp=1, microBatchTokens=16384, recompute="full"),
-        )
-        mini = int(b["prompts_per_step"]) // int(b["ppo_mini_batch_prompts"])
-        A.append(
-            f"post's script batch; mean response max/4; {mini} mini-batches; FSDP; reference pass for GRPO "
-            "(use_kl_loss in verl's GRPO examples); PPO critic not modelled; verl defaults otherwise"
-        )
-        grpo = r["algorithm"] == "GRPO"
-        return model, task, hw, gpn, cfg, {"mini_batches": mini, "fsdp": True, "reference_policy": grpo}, A
-
-    if src == "deepscaler-repro":
-        A.append("R-e")
-        p = r["parallelism"]
-        task = _task_of(b)
-        cfg = dict(
-            gpus=gpus,
-            rollout=dict(
-                tp=int(p["rollout_tp"]),
-                gpuMemoryUtilization=float(p["rollout_gpu_memory_utilization"]),
-                maxNumSeqs=1024,
-                maxNumBatchedTokens=8192,
-                cudaGraphs=False,
-            ),
-            trainer=dict(tp=1, microBatchTokens=int(p["ppo_max_token_len_per_gpu"]), recompute="full"),
-        )
-        mini = int(b["prompts_per_step"]) // int(b["ppo_mini_batch_prompts"])
-        A.append(
-            f"run_deepscaler_1.5b_8k.sh: FSDP, dynamic batch 32,768 tokens per GPU, gradient checkpointing, "
-            f"{mini} mini-batches, use_kl_loss -> reference pass; vLLM TP1 at 0.85; mean response max/4 = 2,048 "
-            "(R-e); vLLM max_num_seqs 1024, batched tokens 8192 and enforce_eager True (no CUDA graphs): the "
-            "vendored verl's ppo_trainer.yaml defaults (R-e)"
-        )
-        return model, task, hw, gpn, cfg, {"mini_batches": mini, "fsdp": True, "reference_policy": True}, A
-
-    raise KeyError(f"{rid}: no twin mapping for source {src}")
+def twin_inputs(r: dict) -> tuple[TaskSpec, dict, dict, list[str]]:
+    """(task, RLConfig dict, scenario, assumptions) of a step or throughput row: its `twin` block as the
+    YAML writes it (the file's header), bench/calibrate.py's constants named there resolved."""
+    t = r["twin"]
+    task = getattr(calibrate, t["task"]) if isinstance(t["task"], str) else TaskSpec(**t["task"])
+    cfg, scn = (calibrate.layered(*(x if isinstance(x, list) else [x])) for x in (t["config"], t["scenario"]))
+    return task, cfg, scn, list(t["assumptions"])
 
 
 def _step_run(inp: dict, metrics: dict, phase_map: dict, refused: dict, kind: str) -> Callable[[dict], dict]:
@@ -541,7 +200,7 @@ def _step_run(inp: dict, metrics: dict, phase_map: dict, refused: dict, kind: st
             refused[json.dumps(hw_scn, sort_keys=True)] = str(e)
             return {k: math.nan for k in metrics}
         if kind == "throughput":
-            eff = effmod.efficiency(gpu, {**hw_scn, **scn})
+            eff = efficiency.efficiency(gpu, {**hw_scn, **scn})
             tokens = float(np.sum(sample_episodes(task, eff, None).seq_lens()))
             return {"throughput_tokens_per_gpu_s": tokens / (b["duration"] * c.gpus)}
         out = {}
@@ -550,10 +209,6 @@ def _step_run(inp: dict, metrics: dict, phase_map: dict, refused: dict, kind: st
         return out
 
     return run
-
-
-def _sync_run(model: ModelArch, gpu: str, ranks: int, method: str, fp8: bool) -> Callable[[dict], dict]:
-    return cal.sync_row(model, gpu, ranks, method, fp8=fp8, metric="weight_sync_s")
 
 
 def build(data: Optional[dict] = None) -> list[Built]:
@@ -582,23 +237,14 @@ def build(data: Optional[dict] = None) -> list[Built]:
         out.append(bt)
         model_known = bool(r.get("twin_preset")) or r["model"] in ARCHS
         if kind == "weight_sync":
-            ws = r.get("weight_sync") or {}
-            if src == "slime":
-                # calibrate's slime assumption (H100, 64 rollout ranks, NCCL); fp8 quantised during the sync
-                bt.hardware = "H100 (assumed)"
-                hw = "H100"
-                fp8 = "fp8" in str(ws.get("dtype"))
-                run = _sync_run(cal.GLM355, "H100", 64, "nccl", fp8)
-                bt.assumptions += [
-                    "R-b: calibrate's slime row (H100, 64 rollout ranks, NCCL broadcast)"
-                    + ("; fp8 weights quantised during the sync" if fp8 else "")
-                ]
-            else:
-                method = "checkpoint-engine" if ws.get("checkpoint_engine") else "nccl"
-                run = _sync_run(cal.preset(r["twin_preset"]), hw, int(ws["rollout_ranks"]), method, False)
-                bt.assumptions += [f"{method}, {ws['rollout_ranks']} rollout ranks (calibrate's sync_row)"]
-                if r["id"] in CALIBRATE_TWINS:
-                    bt.assumptions.insert(0, "R-b")
+            sync = r["twin"]["sync"]
+            if not hw:  # the GPU the twin assumes (rule R-b)
+                hw = sync["gpu"]
+                bt.hardware = f"{hw} (assumed)"
+            model = getattr(calibrate, sync["model"]) if "model" in sync else calibrate.preset(r["twin_preset"])
+            fp8 = sync.get("fp8", False)
+            run = calibrate.sync_row(model, hw, sync["ranks"], sync["method"], fp8=fp8, metric="weight_sync_s")
+            bt.assumptions += r["twin"]["assumptions"]
             bt.metrics = {"weight_sync_s": float(r["metrics"]["weight_sync_s"])}
         elif not model_known:
             bt.not_run = "no twin architecture for this model (" + "; ".join(unsupported or ["no preset"]) + ")"
@@ -607,9 +253,10 @@ def build(data: Optional[dict] = None) -> list[Built]:
             bt.assumptions.append("R-f")
             continue
         else:
-            model, task, gpu, gpn, cfg, scn, A = _step_inputs(r)
+            model = calibrate.preset(r["twin_preset"]) if r.get("twin_preset") else ARCHS[r["model"]]
+            task, cfg, scn, A = twin_inputs(r)
             bt.assumptions += A
-            bt.inputs = dict(model=model, task=task, gpu=gpu, gpn=gpn, cfg=cfg, scenario=scn)
+            bt.inputs = dict(model=model, task=task, gpu=hw, gpn=r.get("gpus_per_node") or 8, cfg=cfg, scenario=scn)
             asyncish = r["mode"] in ("fully_async", "one_step_off")
             pmap = PHASES_ASYNC if asyncish else PHASES_SYNC
             if kind == "throughput":
@@ -622,18 +269,18 @@ def build(data: Optional[dict] = None) -> list[Built]:
             run = _step_run(bt.inputs, bt.metrics, pmap, bt.refused, kind)
         # H800 is fitted and predicted with H100's factors (same die): the Row's hardware is the factor family.
         fam = "H100" if hw == "H800" else hw
-        bt.row = cal.Row(src, bt.id, fam, dict(bt.metrics), run, "; ".join(bt.assumptions))
+        bt.row = calibrate.Row(src, bt.id, fam, dict(bt.metrics), run, "; ".join(bt.assumptions))
     return out
 
 
 # ------------------------------------------------------------------------------ fitting
 
 
-def fold_fit_rows(built: list[Built], exclude_sources: set[str], base: Optional[list] = None) -> list[cal.Row]:
+def fold_fit_rows(built: list[Built], exclude_sources: set[str], base: Optional[list] = None) -> list[calibrate.Row]:
     """The rows a fit may see: calibrate's rows outside this dataset + published rows of other sources.
 
     twin_unsupported rows and rows the twin cannot run are never fitted on (rule R-f)."""
-    base = [r for r in cal.ALL_ROWS if r.name not in CALIBRATE_NAMES_IN_DATASET] if base is None else base
+    base = [r for r in calibrate.ALL_ROWS if r.name not in CALIBRATE_NAMES_IN_DATASET] if base is None else base
     rows = list(base)
     for b in built:
         if b.row is None or b.unsupported or b.source in exclude_sources:
@@ -645,17 +292,17 @@ def fold_fit_rows(built: list[Built], exclude_sources: set[str], base: Optional[
 _FIT_CACHE: dict[tuple, dict] = {}
 
 
-def fit_factors(rows: list[cal.Row], rounds: int = 2) -> dict[str, dict]:
+def fit_factors(rows: list[calibrate.Row], rounds: int = 2) -> dict[str, dict]:
     """calibrate.fit per hardware family, cached on (hardware, row names, rounds)."""
     out: dict[str, dict] = {}
-    for hw in cal.FIT_KEYS:
+    for hw in calibrate.FIT_KEYS:
         hw_rows = [r for r in rows if r.hw == hw]
         if not hw_rows:
             continue
         key = (hw, tuple(sorted(r.name for r in hw_rows)), rounds)
         if key not in _FIT_CACHE:
             _cached_step.cache_clear()
-            _FIT_CACHE[key] = cal.fit(hw_rows, rounds=rounds).get(hw, {})
+            _FIT_CACHE[key] = calibrate.fit(hw_rows, rounds=rounds).get(hw, {})
         out[hw] = _FIT_CACHE[key]
     return out
 
@@ -945,7 +592,7 @@ def report(res: dict) -> tuple[str, dict]:
         stats["fold_factors"] = res["fold_factors"]
     stats["factors"] = res.get("factors", {})
     cpu = res["cpu"]
-    md = f"""### Published RL steps (bench/published_steps.yaml) through the twin
+    md = f"""### Published RL steps (bench/data/published_steps.yaml) through the twin
 
 Generated by `PYTHONPATH=operator python -m bench.published` (`make bench-published`). Error = (twin -
 published) / published. Headline: `step` and `mean_step_from_total` rows without `twin_unsupported`, on the

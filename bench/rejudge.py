@@ -5,7 +5,7 @@
 bench.run judges every pick by the mean of EXPECT_SAMPLES (12) noisy steady steps with common random
 numbers; its "not behind any rival (within 0.5%)" verdict compares medians over seeds that may lie
 within 1% of each other. This re-judges each method's stored picks at `--budget` trials (the
-results JSON of the set: bench/results.json, results-generated.json, results-fresh.json) and the
+results JSON of the set in bench/results/: results.json, results-generated.json, results-fresh.json) and the
 baseline on `--samples` steps (the first 12 are the table's own draws), and prints each job's
 medians and whether the table's verdict holds. Nothing here feeds the tuner or chooses a constant.
 """
@@ -16,25 +16,19 @@ import argparse
 import json
 import multiprocessing as mp
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+from bench import paths
+from bench.oracle import _init, expected_steps
+from bench.run import SETS, TIE, not_behind, select_jobs
+from rltune.api.models import RLConfig, RLTuningJobSpec
+from rltune.tuner import baseline_record
+from rltune.tuner.records import objective_of
+from rltune.tuner.search import Space, flat_key
 
-from bench.run import TIE, _init, expected_steps, not_behind, select_jobs  # noqa: E402
-from rltune.api.models import RLConfig, RLTuningJobSpec  # noqa: E402
-from rltune.tuner import baseline_record  # noqa: E402
-from rltune.tuner.records import objective_of  # noqa: E402
-from rltune.tuner.search import Space, flat_key  # noqa: E402
-
-RESULTS = {
-    "seed": ROOT / "bench" / "results.json",
-    "generated": ROOT / "bench" / "results-generated.json",
-    "fresh": ROOT / "bench" / "results-fresh.json",
-}
+RESULTS = {name: paths.RESULTS / fname for name, (_, _, fname) in SETS.items()}  # each set's results JSON
 
 
 @dataclass

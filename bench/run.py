@@ -9,8 +9,8 @@ never chosen on; not part of `both`). For each job, side by side:
 - the yardstick: every configuration is judged by the mean of EXPECT_SAMPLES noisy steady twin
   steps with common random numbers (Runner.true), what a production run averages;
 - baseline: the job's starting configuration on the yardstick;
-- oracle: exhaustive search of the same space on the twin's noiseless simulate_step_time (cached in
-  bench/oracle_cache.json, keyed by TWIN_VERSION and the job's spec), whose SHORTLIST best are
+- oracle: exhaustive search of the same space on the twin's noiseless simulate_step_time (bench/oracle.py;
+  cached in .state/bench/oracle_cache.json, keyed by TWIN_VERSION and the job's spec), whose SHORTLIST best are
   re-judged on the yardstick together with every method's pick; the best of those is the oracle;
 - rltune and the rivals (RIVALS: Optuna TPE cold and warm-started from `rltune plan`, Optuna's
   GPSampler, random search, random search over what the memory model says fits), each with the
@@ -35,7 +35,6 @@ import multiprocessing as mp
 import os
 import random
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,166 +42,30 @@ from typing import Optional
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+from bench.confirm import Confirmation, QualityTrials, confirmation_run, stored_summary
+from bench.jobs import fresh_jobs, generated_jobs
+from bench.jobs import jobs as bench_jobs
+from bench.oracle import (
+    EXPECT_SAMPLES,
+    SHORTLIST,
+    _init,
+    _true,
+    enumerate_space,
+    expected_steps,
+    oracle,
+    yardstick_id,
+)
+from bench.paths import RESULTS, ROOT
+from rltune import twin
+from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for
+from rltune.api.status import TrialState
+from rltune.tuner import Tuner, baseline_record, payback, records, summarize
+from rltune.tuner.knobs import OUTER_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS
+from rltune.tuner.records import failure_cause, objective_of
+from rltune.tuner.search import Space, flat_key
 
-from bench.jobs import fresh_jobs, generated_jobs  # noqa: E402
-from bench.jobs import jobs as bench_jobs  # noqa: E402
-from rltune import twin  # noqa: E402
-from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for  # noqa: E402
-from rltune.api.status import TrialState  # noqa: E402
-from rltune.tuner import Tuner, baseline_record, payback, records, summarize  # noqa: E402
-from rltune.tuner.knobs import OUTER_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS  # noqa: E402
-from rltune.tuner.records import failure_cause, objective_of  # noqa: E402
-from rltune.tuner.search import Space, flat_key  # noqa: E402
-from rltune.twin.core import make_plan, simulate_one_step  # noqa: E402
-
-CACHE = ROOT / "bench" / "oracle_cache.json"
 STEPS, WARMUP = 4, 1
-# The yardstick (docs/benchmark.md, "The yardstick"): a configuration is judged by the mean of
-# EXPECT_SAMPLES noisy steady steps (fresh workload, noise and stragglers on), sample i of every
-# configuration drawn from seed [EXPECT_SEED, i] (common random numbers), not by one noiseless step:
-# a synchronous step waits for its longest episode, and one deterministic workload sample misjudges
-# that tail by up to ~20% (bench.yardstick). The exhaustive search stays noiseless (an expectation
-# over every configuration is too dear); its SHORTLIST best are re-judged by the expectation.
-EXPECT_SAMPLES, EXPECT_SEED, SHORTLIST = 12, 4242, 24
 CONFIRM_SEED = 600_000  # the winner's confirmation draws (Runner.confirm_seed)
-
-
-# ------------------------------------------------------------------------------------ space
-
-
-def enumerate_space(space: Space) -> list[dict]:
-    """Every valid configuration of the job's space (flat knob dicts), de-duplicated."""
-    from rltune.tuner import physics
-
-    out, seen = [], set()
-    r_all = space.halves(ROLLOUT_KNOBS)
-    t_all = space.halves(TRAINER_KNOBS)
-    for o in space.outer():
-        ko = dict(space.base) | o
-        _, gt, gr = physics.split(ko, space.budget, space.gpn)
-        if gt < 1 or gr < 1:
-            continue
-        rs = [r for r in r_all if not space.rollout_valid(r, gr)]
-        ts = [t for t in t_all if not space.trainer_valid(t, gt)]
-        for r in rs:
-            for t in ts:
-                k = ko | r | t
-                if k["placement"] == "colocated":
-                    k["trainerGpus"] = None
-                key = flat_key(k, space.budget, space.gpn)
-                if key not in seen:
-                    seen.add(key)
-                    out.append(k)
-    return out
-
-
-_W: dict = {}
-
-
-def _init(spec_json: str) -> None:
-    spec = RLTuningJobSpec.model_validate_json(spec_json)
-    _W["spec"] = spec
-    _W["space"] = Space(spec)
-    _W["model"] = spec.workload.model.resolved()
-
-
-def _true(k: dict):
-    spec, space = _W["spec"], _W["space"]
-    cfg = space.config(k)
-    try:
-        st = twin.simulate_step_time(
-            _W["model"],
-            spec.workload.task,
-            spec.resources.gpu_type,
-            spec.resources.gpus_per_node,
-            cfg,
-            spec.workload.scenario,
-        )
-    except twin.Infeasible:
-        return None
-    return objective_of(spec, st, cfg.gpus), st
-
-
-def job_plan(spec: RLTuningJobSpec, cfg: RLConfig):
-    """The twin's plan of one configuration of a job (raises twin.Infeasible)."""
-    return make_plan(
-        spec.workload.model.resolved(),
-        spec.workload.task,
-        spec.resources.gpu_type,
-        spec.resources.gpus_per_node,
-        cfg,
-        spec.workload.scenario,
-    )
-
-
-def expected_steps(spec: RLTuningJobSpec, cfg: RLConfig, samples: int = EXPECT_SAMPLES) -> Optional[list[float]]:
-    """`samples` noisy steady steps of a configuration (fresh workload each, common random numbers
-    across configurations), None if the twin refuses it."""
-    try:
-        p = job_plan(spec, cfg)
-        return [simulate_one_step(p, np.random.default_rng([EXPECT_SEED, i])).duration for i in range(samples)]
-    except twin.Infeasible:
-        return None
-
-
-def true_objective(spec: RLTuningJobSpec, cfg: RLConfig):
-    _init(spec.model_dump_json(by_alias=True))
-    return _true(cfg.flat())
-
-
-def twin_hash() -> str:
-    """Hash of the twin's source: the oracle is recomputed when the twin changes, even if a change
-    forgot to bump TWIN_VERSION."""
-    h = hashlib.sha256()
-    for f in sorted((ROOT / "operator" / "rltune" / "twin").glob("*.py")):
-        h.update(f.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def yardstick_id(spec: RLTuningJobSpec) -> str:
-    """What a stored yardstick value depends on: the twin, the job and the yardstick's sampling."""
-    return f"{twin.TWIN_VERSION}:{twin_hash()}:{spec_hash(spec)}:{EXPECT_SAMPLES}:{EXPECT_SEED}"
-
-
-def spec_hash(spec: RLTuningJobSpec) -> str:
-    return hashlib.sha256(spec.model_dump_json(by_alias=True).encode()).hexdigest()[:16]
-
-
-def oracle(name: str, spec: RLTuningJobSpec, procs: int = 2) -> dict:
-    cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
-    key = f"{twin.TWIN_VERSION}:{twin_hash()}:{name}:{spec_hash(spec)}"
-    if key in cache and "shortlist" in cache[key]:
-        return cache[key]
-    space = Space(spec)
-    ks = enumerate_space(space)
-    t0 = time.time()
-    if procs <= 1:
-        _init(spec.model_dump_json(by_alias=True))
-        res = [_true(k) for k in ks]
-    else:
-        ctx = mp.get_context("fork")
-        with ctx.Pool(procs, initializer=_init, initargs=(spec.model_dump_json(by_alias=True),)) as pool:
-            res = pool.map(_true, ks, chunksize=8)
-    feas = sorted(((r[0], r[1], k) for r, k in zip(res, ks) if r is not None), key=lambda x: x[0])
-    best = feas[0]
-    out = {
-        "configs": len(ks),
-        "feasible": len(feas),
-        "objective": best[0],
-        "step": best[1],
-        "config": space.config(best[2]).dump(),
-        "shortlist": [space.config(k).dump() for _, _, k in feas[:SHORTLIST]],
-        "seconds": round(time.time() - t0, 1),
-    }
-    cache = json.loads(CACHE.read_text()) if CACHE.exists() else {}
-    cache = {k: v for k, v in cache.items() if k.startswith(f"{twin.TWIN_VERSION}:{twin_hash()}:")}
-    cache[key] = out
-    tmp = CACHE.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
-    tmp.replace(CACHE)
-    return out
 
 
 # ------------------------------------------------------------------------------------ trials
@@ -250,12 +113,10 @@ class Runner:
         nonInferiority an interim look half-way may confirm early) by the quality gates under the job's
         constraints.rewardGate against the baseline's summary as the status keeps it, and better than
         the baseline on the objective (judged on the yardstick: a confirmation's steps measure close to
-        it). The rewards come from the twin's quality path (bench.gates.QualityTrials: _quality over
+        it). The rewards come from the twin's quality path (bench.confirm.QualityTrials: _quality over
         noiseless steps, the same distribution as simulate_trial's), because a full simulate_trial of
         every pick would multiply the benchmark's time. Memoised on (configuration, seed): every method
         that picks a configuration on a seed meets the same draw (common random numbers)."""
-        from bench.gates import QualityTrials, confirmation_run
-
         b = self.spec.budget
         if b.confirm_steps == 0:
             return Confirmation(True, 0)
@@ -557,15 +418,6 @@ def rltune_pick(spec: RLTuningJobSpec, base, hist, k: int):
     return Tuner(spec, base, hist[:k]).best_estimate() or base
 
 
-@dataclass(frozen=True)
-class Confirmation:
-    """A pick's confirmation run in the benchmark: passed or not, and the steps it ran (fewer than
-    budget.confirmSteps when the interim look confirmed it)."""
-
-    passed: bool
-    steps: int
-
-
 @dataclass
 class Deployed:
     """What a method ships after k trials: its first pick that passed the confirmation (or the
@@ -638,8 +490,6 @@ def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", objec
     s, err = rn.run(b0.config, "baseline", 7, max(STEPS, records.baseline_steps(spec)))
     if s is None:
         raise RuntimeError(f"{name}: baseline infeasible: {err}")
-    from bench.gates import stored_summary  # bench.gates imports this module
-
     rn.base = Tuner(spec, b0, []).judge(b0, s)
     rn.stored_base = stored_summary(rn.base.summary)
     return rn, rn.base
@@ -815,7 +665,6 @@ def median_of_medians_interval(
     One tuning run's forecast error depends on which trials that run happened to pick, so ten seeds
     per job leave the headline a few tenths of a point uncertain; resampling each job's seeds says
     how many."""
-    import numpy as np
 
     rng = np.random.default_rng(seed)
     arrs = [np.asarray(v, dtype=float) for v in per_job if len(v)]
@@ -1048,7 +897,7 @@ def main(argv=None) -> int:
     ap.add_argument("--gen-seeds", type=int, default=10, help="seeds per job of the generated and fresh sets")
     ap.add_argument("--budgets", default="4,8,16")
     ap.add_argument("--no-write", action="store_true", help="do not update docs/benchmark.md")
-    ap.add_argument("--json-dir", default=str(ROOT / "bench"))
+    ap.add_argument("--json-dir", default=str(RESULTS))
     ap.add_argument("--procs", type=int, default=2, help="jobs benchmarked in parallel (processes)")
     ap.add_argument("--from-json", action="store_true", help="only re-render docs/benchmark.md from the JSONs")
     ap.add_argument("--methods", default=",".join(METHODS), help="methods to run (a subset is not written)")

@@ -19,17 +19,15 @@ import argparse
 import copy
 import sys
 import time
-from pathlib import Path
 
 import yaml
 
+from bench import jobs
+from bench.paths import ROOT
 from rltune.controller.reconcile import InvalidSpec, validate_spec
 from rltune.tuner import Tuner, baseline_record, physics
 from rltune.tuner.search import MAX_SPACE, MAX_WORK, Space, candidates
 
-from . import jobs as J
-
-ROOT = Path(__file__).resolve().parents[1]
 MUST_BE_OVER = {"tests/invalid_jobs/space-too-large.yaml"}
 
 
@@ -39,7 +37,7 @@ def _specs():
             for d in yaml.safe_load_all(f.read_text()):
                 if d and d.get("kind") == "RLTuningJob":
                     yield group, str(f.relative_to(ROOT)), d["spec"]
-    for name, made in (("seed", J.jobs()), ("generated", J.generated_jobs()), ("fresh", J.fresh_jobs())):
+    for name, made in (("seed", jobs.jobs()), ("generated", jobs.generated_jobs()), ("fresh", jobs.fresh_jobs())):
         for j in made:
             yield f"bench {name}", j["metadata"]["name"], j["spec"]
 

@@ -3,7 +3,7 @@ the memory gate's carry (rltune.tuner.headroom.carry) forecasts it.
 
     PYTHONPATH=operator python3 -m bench.trainer_memory [--shapes 0.5b,1.5b] [--mbt 4096]
         [--lengths 2048,4096,8192,16384,32768] [--out out/trainer-memory.json]
-    PYTHONPATH=operator python3 -m bench.trainer_memory --points bench/trainer-memory-h200.json
+    PYTHONPATH=operator python3 -m bench.trainer_memory --points bench/data/trainer-memory-h200/mbt4096-default.json
 
 The memory gate takes a trial's measured trainer peak (the metrics contract's
 step_trainer_memory_ratio) at the longest sequence the trial trained, and carries it to the longest
@@ -31,13 +31,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
-
-from rltune.api.models import ModelArch, RLTuningJobSpec  # noqa: E402
-from rltune.grpo.loop import micro_batches, old_logprobs, peak_trainer_memory, ppo_update, trainer_allocator  # noqa: E402
-from rltune.grpo.model import build_trainer_model, qwen2_config  # noqa: E402
-from rltune.tuner import baseline_record, headroom  # noqa: E402
+from bench.paths import ROOT
+from rltune.api.models import ModelArch, RLTuningJobSpec
+from rltune.grpo.loop import micro_batches, old_logprobs, peak_trainer_memory, ppo_update, trainer_allocator
+from rltune.grpo.model import build_trainer_model, qwen2_config
+from rltune.tuner import baseline_record, headroom
 
 # Public Qwen2.5 shapes (config.json of Qwen/Qwen2.5-0.5B, -1.5B, -3B and -7B on the Hugging Face hub;
 # docs/references.md 'Model architectures' lists the family), plus a tiny one for the CPU.

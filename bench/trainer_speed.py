@@ -4,7 +4,7 @@ same batch (issue 14: the twin's training side on published FSDP rows of small m
 
     PYTHONPATH=operator python3 -m bench.trainer_speed [--shapes 0.5b,1.5b,3b,7b] [--seq 2048]
         [--seqs 16] [--mbt 4096] [--repeats 3] [--out out/trainer-speed.json]
-    PYTHONPATH=operator python3 -m bench.trainer_speed --points bench/trainer-speed-h200/*.json
+    PYTHONPATH=operator python3 -m bench.trainer_speed --points bench/data/trainer-speed-h200/*.json
 
 Runs rltune's own reference trainer functions (rltune.grpo.loop.old_logprobs and ppo_update, the
 code a real-mode trial runs) on `--seqs` random sequences of `--seq` tokens (no padding), micro-batched
@@ -32,19 +32,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from bench.trainer_memory import PROMPT, SHAPES  # noqa: E402
-from rltune.api.models import ModelArch, RLConfig  # noqa: E402
-from rltune.grpo.loop import micro_batches, old_logprobs, ppo_update, trainer_allocator  # noqa: E402
-from rltune.grpo.model import build_trainer_model, qwen2_config  # noqa: E402
+from bench.paths import DATA, ROOT
+from bench.trainer_memory import PROMPT, SHAPES
+from rltune.api.models import ModelArch, RLConfig
+from rltune.grpo.loop import micro_batches, old_logprobs, ppo_update, trainer_allocator
+from rltune.grpo.model import build_trainer_model, qwen2_config
 
 SMALL_VOCAB = 4096
 GPU_TYPE = "H200"
-TRACKED = ROOT / "bench" / "trainer-speed-h200"  # the H200 runs the twin's trainer constants were fitted on
+TRACKED = DATA / "trainer-speed-h200"  # the H200 runs the twin's trainer constants were fitted on
 
 
 @dataclass

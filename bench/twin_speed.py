@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from rltune.api.models import ModelSpec, RLConfig, TaskSpec  # noqa: E402
-from rltune.twin import replica_loop  # noqa: E402
-from rltune.twin.core import make_plan, simulate_one_step  # noqa: E402
+from rltune.api.models import ModelSpec, RLConfig, TaskSpec
+from rltune.twin import replica_loop
+from rltune.twin.core import make_plan, simulate_one_step
 
 DAPO = TaskSpec(kind="math", promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=1024, maxResponseTokens=20480)
 CODING = TaskSpec(

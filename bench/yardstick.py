@@ -5,7 +5,7 @@
 bench.run's exhaustive oracle search uses the twin's noiseless step time (simulate_step_time: one
 deterministic workload sample, no speed noise, no stragglers); a production run averages noisy steps
 over fresh workloads, which is the yardstick bench.run judges picks by since 2026-12-03
-(bench.run.expected_steps). This measures, per job, for the contenders that decide the table (the
+(bench.oracle.expected_steps). This measures, per job, for the contenders that decide the table (the
 baseline, the noiseless oracle's pick and `rltune plan`'s top-k), the noiseless step against the mean
 of `--samples` noisy steady steps (common random numbers), and whether the two yardsticks name the
 same best contender: how far the noiseless search that shortlists the oracle can be trusted.
@@ -18,19 +18,16 @@ import argparse
 import json
 import math
 import statistics
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Optional
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "operator"))
-
-from bench.run import Runner, expected_steps, measured_baseline, oracle, select_jobs  # noqa: E402
-from rltune.api.models import RLConfig, RLTuningJobSpec  # noqa: E402
-from rltune.tuner import Tuner  # noqa: E402
-from rltune.tuner.search import flat_key  # noqa: E402
+from bench.oracle import expected_steps, oracle
+from bench.run import Runner, measured_baseline, select_jobs
+from rltune.api.models import RLConfig, RLTuningJobSpec
+from rltune.tuner import Tuner
+from rltune.tuner.search import flat_key
 
 
 @dataclass

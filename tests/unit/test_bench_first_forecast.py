@@ -1,13 +1,9 @@
 """bench.first_forecast: the forecast before any trial, per job and rollout regime."""
 
 import math
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.first_forecast import Miss, job_misses, regime_of, render  # noqa: E402
-from bench.run import select_jobs  # noqa: E402
+from bench.first_forecast import Miss, job_misses, regime_of, render
+from bench.run import select_jobs
 
 
 def test_partial_rollout_streams_only_with_staleness():

@@ -1,11 +1,6 @@
 """bench.forecast's tables: what it reports per job and per trial index follows from the trials."""
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.forecast import LAST_INDEX, render, summarize_runs  # noqa: E402
+from bench.forecast import LAST_INDEX, render, summarize_runs
 
 
 def _run(job, seed, trials):

@@ -1,13 +1,7 @@
 """bench.priors recovers the per-knob prior sds that generated a set of jobs' residuals."""
 
-import sys
-from pathlib import Path
-
 import numpy as np
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.priors import fit_side, upper_bound  # noqa: E402
+from bench.priors import fit_side, upper_bound
 
 
 def _jobs(sd: dict[str, float], n_jobs: int = 12, rows: int = 60, noise: float = 0.05, seed: int = 0) -> list[dict]:

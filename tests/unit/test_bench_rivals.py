@@ -4,10 +4,10 @@ import dataclasses
 import json
 
 import pytest
+from bench.confirm import Confirmation
 from bench.jobs import FRESH_PREFIX, fresh_jobs, generated_jobs, jobs
 from bench.run import (
     RIVALS,
-    Confirmation,
     _int_keys,
     best_after,
     deploy,

@@ -1,12 +1,9 @@
 """The benchmark's headline forecast error and tuning cost come with their seed-sampling intervals."""
 
 import json
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench.run import median_of_medians_interval  # noqa: E402
+from bench.paths import RESULTS
+from bench.run import median_of_medians_interval
 
 
 def test_interval_brackets_the_median_and_narrows_with_more_seeds():
@@ -34,7 +31,7 @@ def test_the_cost_headline_carries_its_interval_from_the_per_seed_costs():
 
     from bench.run import _int_keys, render
 
-    path = Path(__file__).resolve().parents[2] / "bench" / "results-generated.json"
+    path = RESULTS / "results-generated.json"
     stored = _int_keys(json.loads(path.read_text()))
     text = "\n".join(render(stored, [4, 8, 16], 10, "generated"))
     m = re.search(r"Tuning cost: median ([0-9.]+)% \(90% seed-bootstrap interval ([0-9.]+)%-([0-9.]+)%\)", text)

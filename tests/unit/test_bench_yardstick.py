@@ -1,26 +1,20 @@
 """bench.yardstick: the noiseless yardstick against the twin's noisy steps."""
 
-import sys
-from pathlib import Path
-
+import bench.oracle
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-import bench.run  # noqa: E402
-from bench.run import expected_steps  # noqa: E402
-from bench.yardstick import Contender, JobYardstick, measure_job  # noqa: E402
+from bench.oracle import expected_steps
+from bench.yardstick import Contender, JobYardstick, measure_job
 
 
 @pytest.fixture(autouse=True)
 def _oracle_cache_copy(tmp_path, monkeypatch):
-    """bench.run.oracle writes its cache back, dropping entries of other twin versions: on a tree whose
-    twin was just edited, a test run would rewrite the tracked bench/oracle_cache.json. The tests read
-    and write a copy instead (cache hits stay hits)."""
+    """bench.oracle.oracle writes its cache back, dropping entries of other twin versions: on a tree whose
+    twin was just edited, a test run would rewrite the checkout's .state/bench/oracle_cache.json. The tests
+    read and write a copy instead (cache hits stay hits)."""
     copy = tmp_path / "oracle_cache.json"
-    if bench.run.CACHE.exists():
-        copy.write_bytes(bench.run.CACHE.read_bytes())
-    monkeypatch.setattr(bench.run, "CACHE", copy)
+    if bench.oracle.CACHE.exists():
+        copy.write_bytes(bench.oracle.CACHE.read_bytes())
+    monkeypatch.setattr(bench.oracle, "CACHE", copy)
 
 
 def _job(*rows: tuple[str, float, float, float]) -> JobYardstick:

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from bench import moe_layer_speed as M  # noqa: E402
+from bench import moe_layer_speed  # noqa: E402
 
 from rltune.api.models import ModelArch  # noqa: E402
 
@@ -18,9 +18,9 @@ TOY = ModelArch(
 
 
 def test_the_expert_loop_and_the_grouped_gemm_are_the_same_layer():
-    s = M.shape_for(TOY, ep=4, tokens=48)
+    s = moe_layer_speed.shape_for(TOY, ep=4, tokens=48)
     assert (s.local_experts, s.slots) == (4, 192)
-    layer = M.Layer(s, "cpu", torch.float32, seed=3)
+    layer = moe_layer_speed.Layer(s, "cpu", torch.float32, seed=3)
     y_loop, g_loop = layer.step("loop")
     y_grp, g_grp = layer.step("grouped")
     assert y_loop.abs().max() > 0
@@ -35,11 +35,11 @@ def test_the_expert_loop_and_the_grouped_gemm_are_the_same_layer():
 
 def test_the_fit_recovers_a_known_floor_and_per_slot_cost():
     pts = [
-        M.Point("loop", ep, 16 // ep, t, 4 * t, 0.7 * (16 // ep) + 2e-4 * 4 * t, 0.0)
+        moe_layer_speed.Point("loop", ep, 16 // ep, t, 4 * t, 0.7 * (16 // ep) + 2e-4 * 4 * t, 0.0)
         for ep in (1, 2, 4)
         for t in (1024, 4096, 16384)
     ]
-    (f,) = M.fit(pts)
+    (f,) = moe_layer_speed.fit(pts)
     assert f.path == "loop" and f.points == 9
     assert f.floor_ms_per_local_expert == pytest.approx(0.7, rel=1e-6)
     assert f.us_per_slot == pytest.approx(0.2, rel=1e-6)
@@ -48,16 +48,20 @@ def test_the_fit_recovers_a_known_floor_and_per_slot_cost():
 
 def test_an_expert_parallel_size_that_does_not_divide_the_experts_is_refused():
     with pytest.raises(SystemExit, match="not divisible by 3"):
-        M.shape_for(TOY, ep=3, tokens=64)
+        moe_layer_speed.shape_for(TOY, ep=3, tokens=64)
 
 
 def test_it_runs_on_the_cpu_and_writes_its_points(tmp_path, monkeypatch):
-    pts = M.measure(TOY, [4, 2], [64], "cpu", repeats=1)
-    assert {(p.path, p.local_experts) for p in pts} == {(p, e) for p in M.PATHS for e in (4, 8)}
+    pts = moe_layer_speed.measure(TOY, [4, 2], [64], "cpu", repeats=1)
+    assert {(p.path, p.local_experts) for p in pts} == {(p, e) for p in moe_layer_speed.PATHS for e in (4, 8)}
     assert all(p.ms > 0 and p.slots == 256 for p in pts)
-    monkeypatch.setattr(M, "shape_for", lambda model, ep, tokens: M.LayerShape(64, 32, 16, 16 // ep, 4, tokens))
+    monkeypatch.setattr(
+        moe_layer_speed,
+        "shape_for",
+        lambda model, ep, tokens: moe_layer_speed.LayerShape(64, 32, 16, 16 // ep, 4, tokens),
+    )
     out = tmp_path / "m.json"
-    assert M.main(["--model", "qwen3-30b-a3b", "--ep", "8,4", "--tokens", "64,128", "--repeats", "1",
+    assert moe_layer_speed.main(["--model", "qwen3-30b-a3b", "--ep", "8,4", "--tokens", "64,128", "--repeats", "1",
                    "--device", "cpu", "--out", str(out)]) == 0  # fmt: skip
     d = json.loads(out.read_text())
-    assert d["gpu"] == "cpu" and len(d["points"]) == 8 and {f["path"] for f in d["fits"]} == set(M.PATHS)
+    assert d["gpu"] == "cpu" and len(d["points"]) == 8 and {f["path"] for f in d["fits"]} == set(moe_layer_speed.PATHS)

@@ -1,33 +1,28 @@
 """bench/published.py: the published-step dataset through the twin (issue 14), shipped-factor path only."""
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
+from bench import calibrate
+from bench import published as published_bench
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from bench import calibrate as cal  # noqa: E402
-from bench import published as pub  # noqa: E402
-
-from rltune.api.models import RLConfig, TaskSpec  # noqa: E402
-from rltune.twin import simulate_step_breakdown  # noqa: E402
+from rltune.api.models import RLConfig, TaskSpec
+from rltune.twin import simulate_step_breakdown
 
 
 @pytest.fixture(scope="module")
 def data():
-    return pub.load()
+    return published_bench.load()
 
 
 @pytest.fixture(scope="module")
 def built(data):
-    return pub.build(data)
+    return published_bench.build(data)
 
 
 @pytest.fixture(scope="module")
 def nofit():
-    return pub.run_all(do_fit=False, folds=False, log=lambda m: None)
+    return published_bench.run_all(do_fit=False, folds=False, log=lambda m: None)
 
 
 def test_every_headline_row_builds_valid_twin_inputs(data, built):
@@ -39,7 +34,7 @@ def test_every_headline_row_builds_valid_twin_inputs(data, built):
     assert len({b.source for b in heads}) >= 4
     for b in heads:
         r = yaml_rows[b.id]
-        assert r["metric_kind"] in pub.HEADLINE_KINDS and not r.get("twin_unsupported")
+        assert r["metric_kind"] in published_bench.HEADLINE_KINDS and not r.get("twin_unsupported")
         i = b.inputs
         cfg = RLConfig.model_validate(i["cfg"])
         assert isinstance(i["task"], TaskSpec)
@@ -58,7 +53,7 @@ def test_every_headline_row_builds_valid_twin_inputs(data, built):
             assert cfg.async_.stale_fraction == thr and cfg.async_.staleness == max(1, math.ceil(thr)), b.id
         if (r.get("async") or {}).get("use_rollout_log_probs"):
             assert i["scenario"].get("rollout_logprobs") is True, b.id
-        if r.get("train_backend", "").startswith("FSDP") and b.id not in pub.CALIBRATE_TWINS:
+        if r.get("train_backend", "").startswith("FSDP") and b.id not in published_bench.CALIBRATE_TWINS:
             assert i["scenario"].get("fsdp") is True, b.id
         assert b.assumptions, b.id
         assert b.row.published["step_s"] == r["metrics"]["step_s"]
@@ -75,32 +70,32 @@ def test_split_is_by_source_and_disjoint(data, built):
 
 
 def test_calibrate_twins_are_real_calibrate_rows():
-    names = {r.name for r in cal.ALL_ROWS}
-    assert pub.CALIBRATE_NAMES_IN_DATASET <= names
+    names = {r.name for r in calibrate.ALL_ROWS}
+    assert published_bench.CALIBRATE_NAMES_IN_DATASET <= names
     # every calibrate RL / weight-sync row is one of the dataset's rows: none may leak into a fold
-    assert {r.name for r in cal.RL_ROWS + cal.SYNC_ROWS} == pub.CALIBRATE_NAMES_IN_DATASET
+    assert {r.name for r in calibrate.RL_ROWS + calibrate.SYNC_ROWS} == published_bench.CALIBRATE_NAMES_IN_DATASET
 
 
 def test_fold_never_fits_on_the_left_out_source(data, built):
     by_name = {b.id: b for b in built}
     for s in data["split"]["leave_one_source_out"]:
-        rows = pub.fold_fit_rows(built, {s})
+        rows = published_bench.fold_fit_rows(built, {s})
         assert rows
         for r in rows:
-            assert r.name not in pub.CALIBRATE_NAMES_IN_DATASET
+            assert r.name not in published_bench.CALIBRATE_NAMES_IN_DATASET
             if r.name in by_name:
                 assert by_name[r.name].source != s
                 assert not by_name[r.name].unsupported
         # the left-out source's runnable rows are all outside the fold's fit
         assert not {b.row.name for b in built if b.source == s and b.row} & {r.name for r in rows}
-    shipped_fit = pub.fold_fit_rows(built, set(data["split"]["held_out"]))
+    shipped_fit = published_bench.fold_fit_rows(built, set(data["split"]["held_out"]))
     assert all(by_name[r.name].split == "fit" for r in shipped_fit if r.name in by_name)
 
 
 def test_headline_excludes_twin_unsupported_rows(built):
     heads = [b for b in built if b.headline]
     perfect = {b.id: {"step_s": b.metrics["step_s"]} for b in heads}
-    fake = pub.Built(
+    fake = published_bench.Built(
         id="fake-unsupported",
         source="areal",
         split="held_out",
@@ -113,11 +108,11 @@ def test_headline_excludes_twin_unsupported_rows(built):
         unsupported=["speculative decoding"],
         metrics={"step_s": 100.0},
         assumptions=[],
-        row=cal.Row("areal", "fake-unsupported", "H100", {"step_s": 100.0}, lambda s: {"step_s": 900.0}, ""),
+        row=calibrate.Row("areal", "fake-unsupported", "H100", {"step_s": 100.0}, lambda s: {"step_s": 900.0}, ""),
     )
     assert not fake.headline
     preds = {**perfect, fake.id: {"step_s": 900.0}}
-    s = pub.summarize(built + [fake], preds, pub.headline)
+    s = published_bench.summarize(built + [fake], preds, published_bench.headline)
     assert s["rows"] == len(heads) and s["median"] == 0.0 and s["max"] == 0.0
     for b in built:
         if b.unsupported:
@@ -125,22 +120,22 @@ def test_headline_excludes_twin_unsupported_rows(built):
 
 
 def test_error_sign_convention():
-    assert pub.err_pct(100.0, 110.0) == pytest.approx(10.0)  # twin slower than published: positive
-    assert pub.err_pct(200.0, 150.0) == pytest.approx(-25.0)
+    assert published_bench.err_pct(100.0, 110.0) == pytest.approx(10.0)  # twin slower than published: positive
+    assert published_bench.err_pct(200.0, 150.0) == pytest.approx(-25.0)
 
 
 def test_calibrate_rows_predict_the_same(built):
     """Rows shared with bench/calibrate.py run the same twin inputs, so the two reports agree."""
-    cal_rows = {r.name: r for r in cal.RL_ROWS}
+    cal_rows = {r.name: r for r in calibrate.RL_ROWS}
     for rid in ("verl-fa-7b-colocate-64", "verl-osp-7b-megatron-colocate-16"):
         b = next(x for x in built if x.id == rid)
-        ours = pub.predict(b, {})["step_s"]
-        theirs = cal_rows[pub.CALIBRATE_TWINS[rid]].run({})["step"]
+        ours = published_bench.predict(b, {})["step_s"]
+        theirs = cal_rows[published_bench.CALIBRATE_TWINS[rid]].run({})["step"]
         assert ours == pytest.approx(theirs, rel=1e-9)
 
 
 def test_no_fit_report(nofit):
-    md, stats = pub.report(nofit)
+    md, stats = published_bench.report(nofit)
     assert "| set | rows |" in md and "shipped factors, held-out sources" in md
     head = stats["sets"]["shipped factors, all sources"]
     assert head["rows"] + head["refused"] >= 30
@@ -153,32 +148,34 @@ def test_no_fit_report(nofit):
 def test_the_report_is_embedded_once_and_survives_a_calibrate_rewrite(tmp_path):
     doc = tmp_path / "calibration.md"
     doc.write_text("# Twin calibration\n\nintro\n\n## Summary\n\nold\n")
-    pub.embed("### report one", doc)
-    pub.embed("### report two", doc)
+    published_bench.embed("### report one", doc)
+    published_bench.embed("### report two", doc)
     text = doc.read_text()
-    assert text.count(pub.BEGIN) == 1 and "report two" in text and "report one" not in text
-    assert text.index(pub.BEGIN) < text.index("## Summary")
+    assert text.count(published_bench.BEGIN) == 1 and "report two" in text and "report one" not in text
+    assert text.index(published_bench.BEGIN) < text.index("## Summary")
     # bench/calibrate.py rewrites the page around the block and keeps it
-    tab, stats = cal.table(cal.evaluate(cal.SYNC_ROWS, {}))
-    cal.write_doc(tab, stats, doc)
+    tab, stats = calibrate.table(calibrate.evaluate(calibrate.SYNC_ROWS, {}))
+    calibrate.write_doc(tab, stats, doc)
     text = doc.read_text()
-    assert text.count(pub.BEGIN) == 1 and "report two" in text and "intro" not in text
+    assert text.count(published_bench.BEGIN) == 1 and "report two" in text and "intro" not in text
     # and so are hand-written findings between the block and the summary
     doc.write_text(text.replace("\n## Summary", "\n### A finding\n\nwritten by hand\n\n## Summary", 1))
-    cal.write_doc(tab, stats, doc)
+    calibrate.write_doc(tab, stats, doc)
     text = doc.read_text()
     assert text.count("written by hand") == 1
-    assert text.index(pub.END) < text.index("written by hand") < text.index("## Summary")
+    assert text.index(published_bench.END) < text.index("written by hand") < text.index("## Summary")
 
 
 def test_dense_pretraining_rows_hold_on_every_gpu_type():
     """Megatron-Bridge's Llama3-8B/70B recipes, run with the tables' own shapes at the shipped factors,
     stay within 15% on H100, B200, GB200 and GB300: the training model's compute side."""
-    dense = [r for r in cal.TRAIN_ROWS if r.name.startswith(("Llama3-8B", "Llama3-70B"))]
-    ran = [(row, pub, pred) for row, _, pub, pred in cal.evaluate(dense, {}) if pred == pred]
+    dense = [r for r in calibrate.TRAIN_ROWS if r.name.startswith(("Llama3-8B", "Llama3-70B"))]
+    ran = [
+        (row, published_bench, pred) for row, _, published_bench, pred in calibrate.evaluate(dense, {}) if pred == pred
+    ]
     assert len(ran) >= 6 and {row.hw for row, _, _ in ran} == {"H100", "B200", "GB200", "GB300"}
     for row, published, predicted in ran:
-        assert abs(cal.err(published, predicted)) < 15.0, (row.name, published, predicted)
+        assert abs(calibrate.err(published, predicted)) < 15.0, (row.name, published, predicted)
 
 
 def test_retool_rows_run_the_recipe_workload(data, built):
@@ -227,7 +224,7 @@ def test_generate_sequences_is_the_engines_generation_even_one_step_off(built):
     one-step-off row's gen-like wait (wait_prev_gen) stays the trainer's wait."""
     osp = next(b for b in built if b.id == "verl-osp-7b-fsdp2-onestepoff-4-12")
     assert {"generate_sequences_s", "wait_prev_gen_s"} <= set(osp.metrics)
-    pred = pub.predict(osp, {})
+    pred = published_bench.predict(osp, {})
     cfg = RLConfig.model_validate(osp.inputs["cfg"])
     i = osp.inputs
     phases = simulate_step_breakdown(i["model"], i["task"], i["gpu"], i["gpn"], cfg, i["scenario"])["phases"]
@@ -238,7 +235,7 @@ def test_megatron_bridge_recipes_agree_with_their_own_gradient_accumulation():
     """Each transcribed recipe satisfies GBS = GA x MBS x DP with the table's own GA column (a typo in
     GPUs, TP, PP, CP, MBS or GBS breaks it). The one row the source itself contradicts is named."""
     contradicted = {("25.11", "GB300", "q235")}  # published GA 32; its GBS 8192, MBS 2 and PP4 give 64
-    for r in cal.MEGATRON_BRIDGE_RECIPES:
+    for r in calibrate.MEGATRON_BRIDGE_RECIPES:
         dp, rem = divmod(r.gpus, r.tp * r.pp * r.cp)
         assert rem == 0 and r.ep <= r.gpus // r.pp, r
         consistent = r.gbs == r.ga * r.mbs * dp
@@ -248,7 +245,7 @@ def test_megatron_bridge_recipes_agree_with_their_own_gradient_accumulation():
 def test_moe_layers_with_few_local_experts_are_gpu_bound_in_the_twin_too():
     """Per MoE layer and micro-batch, the rack recipes that hold 4-8 experts per GPU (no host floor)
     run within 30% of the twin's GPU time: its MoE compute side."""
-    rack = [m for m in cal.moe_layer_times() if m.local_experts <= 8 and m.recipe.hw.startswith("GB")]
+    rack = [m for m in calibrate.moe_layer_times() if m.local_experts <= 8 and m.recipe.hw.startswith("GB")]
     assert len(rack) >= 8
     for m in rack:
         assert abs(m.twin_ms / m.published_ms - 1) < 0.3, m

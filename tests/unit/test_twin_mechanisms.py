@@ -260,7 +260,7 @@ def test_eager_fsdp_layers_cost_bytes_not_flops():
 
 def test_eager_bytes_are_the_h200_measurement():
     """The twin's element-wise bytes are the least-squares fit of the tracked H200 runs
-    (bench/trainer-speed-h200, `python -m bench.trainer_speed --points`), which explains each
+    (bench/data/trainer-speed-h200, `python -m bench.trainer_speed --points`), which explains each
     measured point's element-wise time within 10%; gradient checkpointing's extra element-wise time
     is the forward's, as the twin charges it."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))

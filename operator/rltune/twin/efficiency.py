@@ -55,7 +55,7 @@ class Efficiency:
     mini_batches: int = 4  # optimizer steps (PPO mini-batches) per RL step: each is a pipeline flush
     # HBM bytes per token x layer x hidden unit of an eager (FSDP, Hugging Face) layer's element-wise
     # kernels, at this hardware's achieved bandwidth, in a forward and in a forward + backward: measured
-    # on an H200 (bench/trainer_speed.py, bench/trainer-speed-h200/; docs/twin.md 'Eager FSDP layers')
+    # on an H200 (bench/trainer_speed.py, bench/data/trainer-speed-h200/; docs/twin.md 'Eager FSDP layers')
     eager_fwd_bytes: float = 355.0
     eager_train_bytes: float = 1175.0
     # Flash-attention kernels in training and log-prob passes: forward and backward speed relative to
