@@ -9,7 +9,7 @@ optimizer's curse. This asks the forecaster, as the tuner holds it before its fi
 `--per` random valid configurations of each regime (a rollout that streams under partial rollout, one
 that drains its batch) and prints, per job and regime, the median log(twin / forecast) of the
 generation phase and of the step. A job-level offset in one regime that the other does not show is
-what the baseline fails to teach about that regime (docs/benchmark.md 'What the first streaming
+what the baseline fails to teach about that regime (docs/benchmark-history.md 'What the first streaming
 forecast misses'). About 2 minutes per set of ten jobs at `--per 12` on 2 cores.
 """
 

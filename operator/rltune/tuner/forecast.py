@@ -348,7 +348,7 @@ class Forecaster:
         micro-batch, but a sequence is never split, so a trial's peak follows the longest sequence
         it trained (an agentic episode that fills the context every step): size every layout for
         the longest the trials saw. And the physics' per-token activation and logit coefficients
-        are estimates (docs/benchmark.md 'Sizing trainer memory by the longest sequence'): scale
+        are estimates (docs/benchmark-history.md 'Sizing trainer memory by the longest sequence'): scale
         them, per recompute mode, by what the trials of that mode measured (their peak less the
         physics' model state and working reserve), so that a layout is judged by the same measure
         that ran: the baseline's forecast is its measured peak. A mode no trial ran keeps the
@@ -585,7 +585,7 @@ class Forecaster:
     def extrapolation(self, f: dict, p_fit: float = 1.0) -> str:
         """What a forecast rests on that no measurement has shown: knob values never measured
         (their corrections are the prior's), a streaming rollout when none has been measured (what
-        a draining baseline teaches does not carry over to a stream: docs/benchmark.md 'What the
+        a draining baseline teaches does not carry over to a stream: docs/benchmark-history.md 'What the
         first streaming forecast misses'), and memory beyond what any trial proved."""
         if not self.obs:
             return "no measurement yet"
