@@ -41,6 +41,7 @@ import yaml
 import bed as bedlib
 from demo import wait_crd_established  # hack/demo.py
 from rltune.api.crdgen import GROUP, PLURAL, VERSION
+from rltune.api.layout import nodes_for
 from rltune.controller import pods as pod_manifests
 from rltune.controller import prom
 from rltune.controller.kube import KubeCluster
@@ -349,7 +350,7 @@ def test_restart_every_tick_never_duplicates_pods(bed, ns):
     # every trial that ran had all its pods (16 GPUs on 8-GPU nodes: ranks 0 and 1), each created once
     for t in st["trials"]:
         if t.get("startedAt"):
-            n = pod_manifests.ranks_for(t["gpus"], 8)
+            n = nodes_for(t["gpus"], 8)
             assert {pod_manifests.pod_name("tune", t["id"], r) for r in range(n)} <= set(creations), (
                 t["id"],
                 creations,
@@ -661,7 +662,7 @@ def test_a_healthy_winner_is_confirmed_at_the_interim_look(bed, ns):
     assert c["summary"]["steps"] == 5 and c["summary"]["total_steps"] == 6, c["summary"]  # scored at the look
     assert st["best"]["confirmed"] and conditions(st)["Complete"]["reason"] == "Improved"
     core = bed.core()
-    for rank in range(pod_manifests.ranks_for(c["gpus"], s["resources"]["gpusPerNode"])):
+    for rank in range(nodes_for(c["gpus"], s["resources"]["gpusPerNode"])):
         bedlib.wait_pod_gone(core, ns, pod_manifests.pod_name("tune", c["id"], rank), timeout=30)
 
 

@@ -128,7 +128,8 @@ def request(
                 break
             n += len(b)
             if n > max_bytes:
-                raise HttpError(f"{what} answered more than {max_bytes // MiB} MiB; the answer was dropped")
+                size = f"{max_bytes / MiB:g} MiB" if max_bytes >= MiB else f"{max_bytes:,} bytes"
+                raise HttpError(f"{what} answered more than {size}; the answer was dropped")
             chunks.append(b)
         if fired.is_set():
             raise TimeoutError

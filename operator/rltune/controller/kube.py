@@ -221,30 +221,22 @@ class KubeCluster:
                     )
             for p in self.core.list_namespaced_pod(namespace, label_selector=sel).items:
                 refs = p.metadata.owner_references or []
-                mine = owned_by([{"uid": r.uid} for r in refs], uid) or any(
-                    (r.api_version, r.kind, r.name) in ray_owners for r in refs
-                )
+                mine = _owned(p, uid) or any((r.api_version, r.kind, r.name) in ray_owners for r in refs)
                 if mine and p.metadata.deletion_timestamp is None:
                     _gone(
                         lambda p=p: self.core.delete_namespaced_pod(
                             p.metadata.name, namespace, body=_precondition(p.metadata.uid, grace=5)
                         )
                     )
-            for svc in self.core.list_namespaced_service(namespace, label_selector=sel).items:
-                if owned_by([{"uid": r.uid} for r in svc.metadata.owner_references or []], uid):
-                    _gone(
-                        lambda svc=svc: self.core.delete_namespaced_service(
-                            svc.metadata.name, namespace, body=_precondition(svc.metadata.uid)
-                        )
-                    )
-            # last: a cluster without the chart's networkpolicies rule (an older chart) still frees the GPUs
-            for pol in self.networking.list_namespaced_network_policy(namespace, label_selector=sel).items:
-                if owned_by([{"uid": r.uid} for r in pol.metadata.owner_references or []], uid):
-                    _gone(
-                        lambda pol=pol: self.networking.delete_namespaced_network_policy(
-                            pol.metadata.name, namespace, body=_precondition(pol.metadata.uid)
-                        )
-                    )
+            # the Service, then the NetworkPolicy last: a cluster without the chart's networkpolicies rule
+            # (an older chart) still frees the GPUs
+            for lister, deleter in (
+                (self.core.list_namespaced_service, self.core.delete_namespaced_service),
+                (self.networking.list_namespaced_network_policy, self.networking.delete_namespaced_network_policy),
+            ):
+                for o in lister(namespace, label_selector=sel).items:
+                    if _owned(o, uid):
+                        _gone(lambda o=o, d=deleter: d(o.metadata.name, namespace, body=_precondition(o.metadata.uid)))
         except ApiException as e:
             log.warning("tearing down %s/%s trial %s: %s", namespace, job, trial, e.reason)
 
@@ -252,6 +244,11 @@ class KubeCluster:
 def owned_by(refs: Optional[list], uid: str) -> bool:
     """Whether ownerReferences (dicts) name the owner `uid` (never true for an empty uid)."""
     return bool(uid) and any((r or {}).get("uid") == uid for r in refs or [])
+
+
+def _owned(obj, uid: str) -> bool:
+    """Whether a typed API object's ownerReferences name the owner `uid`."""
+    return owned_by([{"uid": r.uid} for r in obj.metadata.owner_references or []], uid)
 
 
 def _precondition(uid: str, propagation: Optional[str] = None, grace: Optional[int] = None) -> client.V1DeleteOptions:

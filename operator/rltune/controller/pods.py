@@ -49,10 +49,9 @@ import copy
 import hashlib
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from ..api.hardware import gpu as gpu_info
-from ..api.layout import nodes_for
 from ..api.metrics import KEY_ENV
 from ..api.models import RLConfig, RLTuningJobSpec, trial_spec_for
 from ..settings import OperatorSettings
@@ -69,6 +68,7 @@ MASTER_PORT = 29500
 DEFAULT_COMMAND = ["python", "-m", "rltune.trial"]
 TRIAL_UID = 10001  # the `rltune` user of images/trial/Dockerfile
 TEMPLATE_FIELD = "spec.resources.podTemplate"
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")  # a PodSpec's container lists
 
 RESTRICTED_POD_SECURITY: dict[str, Any] = {
     "runAsNonRoot": True,
@@ -111,11 +111,6 @@ def pod_name(job: str, trial: str, rank: int) -> str:
 
 def service_name(job: str, trial: str) -> str:
     return dns_name(job, trial)
-
-
-def ranks_for(gpus: int, gpus_per_node: int) -> int:
-    """Ranks (one pod each) of a trial on `gpus` GPUs: the nodes its layout spans (api/layout.py)."""
-    return nodes_for(gpus, gpus_per_node)
 
 
 def uses_gpu_resource(spec: RLTuningJobSpec) -> bool:
@@ -185,7 +180,7 @@ _CONTAINER_LISTS: dict[str, tuple[str, bool, Optional[dict]]] = {
     "volumeMounts": ("mountPath", False, None),
     "volumeDevices": ("devicePath", False, None),
 }
-_POD_LISTS: dict[str, tuple[str, bool, Optional[dict]]] = {
+POD_MERGE_KEYS: dict[str, tuple[str, bool, Optional[dict]]] = {
     "containers": ("name", False, _CONTAINER_LISTS),
     "initContainers": ("name", False, _CONTAINER_LISTS),
     "ephemeralContainers": ("name", False, _CONTAINER_LISTS),
@@ -232,29 +227,34 @@ def _merge_list(base: list, patch: list, key: str, retain: bool, sub: dict, path
     return out
 
 
-def _no_directives(node: Any, path: str) -> None:
+def directive_paths(node: Any, path: str) -> Iterator[str]:
+    """The path of every strategic-merge directive ($patch, $retainKeys, $setElementOrder/...) in a
+    template, in document order (a directive's own value is not searched)."""
     if isinstance(node, dict):
         for k, v in node.items():
             if isinstance(k, str) and k.startswith("$"):
-                raise PodTemplateError(f"{path}.{k}: {DIRECTIVE_REFUSED}")
-            _no_directives(v, f"{path}.{k}")
+                yield f"{path}.{k}"
+            else:
+                yield from directive_paths(v, f"{path}.{k}")
     elif isinstance(node, list):
         for i, v in enumerate(node):
-            _no_directives(v, f"{path}[{i}]")
+            yield from directive_paths(v, f"{path}[{i}]")
 
 
 def merge_pod_spec(base: dict, template: dict, path: str = TEMPLATE_FIELD) -> dict:
     """`template` applied to the PodSpec `base` as a strategic merge patch (see module docstring);
     a strategic-merge directive anywhere in it is a PodTemplateError."""
-    _no_directives(template, path)
-    return _merge_map(base, template, _POD_LISTS, path)
+    first = next(directive_paths(template, path), None)
+    if first is not None:
+        raise PodTemplateError(f"{first}: {DIRECTIVE_REFUSED}")
+    return _merge_map(base, template, POD_MERGE_KEYS, path)
 
 
 def restrict_containers(pod_spec: dict) -> dict:
     """Every container, init container and ephemeral container of the PodSpec starts from
     RESTRICTED_CONTAINER_SECURITY: each restricted key a container does not set (or sets to null) is
     filled in, and `capabilities.drop` defaults to ALL; a value it sets stays. In place; returns it."""
-    for lst in ("initContainers", "containers", "ephemeralContainers"):
+    for lst in CONTAINER_LISTS:
         for c in pod_spec.get(lst) or []:
             if not isinstance(c, dict):
                 continue

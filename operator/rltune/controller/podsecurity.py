@@ -93,7 +93,7 @@ SAFE_SYSCTLS = frozenset(
 ALWAYS_ALLOWED_CAPS = frozenset({"NET_BIND_SERVICE"})
 # baseline "SELinux": the types a pod may set.
 SAFE_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
-CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+CONTAINER_LISTS = pod_manifests.CONTAINER_LISTS
 # restricted "Volume Types": the only volume sources a restricted pod may use.
 RESTRICTED_VOLUMES = frozenset(
     {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
@@ -252,7 +252,7 @@ def check_pod_template(
     if not isinstance(template, dict):
         return out
     b = bounds
-    _check_directives(template, prefix, out)
+    out += [Violation(at, pod_manifests.DIRECTIVE_REFUSED) for at in pod_manifests.directive_paths(template, prefix)]
     for ns in ("hostNetwork", "hostPID", "hostIPC"):
         if template.get(ns) is True and not b.allow_host_namespaces:
             out.append(
@@ -311,19 +311,6 @@ def check_pod_template(
                     )
             _check_probe_hosts(c, at, b, out)
     return out
-
-
-def _check_directives(node: Any, at: str, out: list[Violation]) -> None:
-    """Strategic-merge directives ($patch, $retainKeys, $setElementOrder/..., ...) anywhere in the template."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            if isinstance(k, str) and k.startswith("$"):
-                out.append(Violation(f"{at}.{k}", pod_manifests.DIRECTIVE_REFUSED))
-            else:
-                _check_directives(v, f"{at}.{k}", out)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _check_directives(v, f"{at}[{i}]", out)
 
 
 SECRET_FIX = (
@@ -639,7 +626,7 @@ def _trace(rel: str, merged: Any, template: Any) -> Optional[str]:
     """The template's path of the merged pod's field `rel` (e.g. `.containers[1].securityContext`):
     list items are matched by their merge key (pods.py's strategic merge), replaced lists by index.
     None: the template does not set it (the value is the operator's own)."""
-    m, t, lists = merged, template, pod_manifests._POD_LISTS
+    m, t, lists = merged, template, pod_manifests.POD_MERGE_KEYS
     key: Optional[str] = None
     sub: dict = {}
     out = ""

@@ -112,12 +112,11 @@ def _query(prom: str, query: str, timeout: float) -> list[dict]:
             f"{where} refused the query: HTTP {r.status} ({meaning(r.status)})"
             + (f", error type {kind}" if kind else "")
         )
-    try:
-        result = body["data"]["result"]
-        assert isinstance(result, list)
-        return result
-    except (KeyError, TypeError, AssertionError):
-        raise MetricsError(f"{where} answered a query without a result vector") from None
+    data = body.get("data")
+    result = data.get("result") if isinstance(data, dict) else None
+    if not isinstance(result, list):
+        raise MetricsError(f"{where} answered a query without a result vector")
+    return result
 
 
 def _samples(result: list[dict]) -> list[tuple[str, dict, float]]:

@@ -23,6 +23,7 @@ from typing import Callable, Optional, Protocol
 from pydantic import ValidationError
 
 from ..adapters.registry import adapter_for
+from ..api.layout import nodes_for
 from ..api.models import RLTuningJobSpec
 from ..api.status import ACTIVE_STATES, FailureCause, Phase, RLTuningJobStatus, TrialState, TrialStatus
 from ..settings import OperatorSettings
@@ -266,6 +267,7 @@ class Reconciler:
             body = self._fresher(body)
         if body is None or body["metadata"].get("deletionTimestamp"):
             self._written.pop((namespace, name), None)
+            self._forged = {k: n for k, n in self._forged.items() if k[:2] != (namespace, name)}
             return None
         gen = int(body["metadata"].get("generation") or 1)
         now = self.clock()
@@ -326,7 +328,7 @@ class Reconciler:
                     t.id not in rayjobs
                     if on_ray
                     else len(pods_by_trial.get(t.id, []))
-                    < pod_manifests.ranks_for(t.gpus or 1, records.spec_of_trial(spec, t).resources.gpus_per_node)
+                    < nodes_for(t.gpus or 1, records.spec_of_trial(spec, t).resources.gpus_per_node)
                 )
                 if t.state == TrialState.PENDING and missing:
                     tspec = records.spec_of_trial(spec, t)  # a pool trial runs in its pool
@@ -373,7 +375,7 @@ class Reconciler:
                 continue
             key = trialkeys.key_for(self.settings, namespace, uid, t.id)
             pods = pods_by_trial.get(t.id, [])
-            n = pod_manifests.ranks_for(t.gpus or 1, records.spec_of_trial(spec, t).resources.gpus_per_node)
+            n = nodes_for(t.gpus or 1, records.spec_of_trial(spec, t).resources.gpus_per_node)
             if t.id in rayjobs or adapter_for(spec.workload.framework) is not None:
                 # a RayJob: the head and workers hold the GPUs; the Ray job's status says how it ended
                 pods = [p for p in pods if p["metadata"]["labels"].get(pod_manifests.LABEL_RANK) != "submitter"]

@@ -39,7 +39,7 @@ def operator_key(settings: OperatorSettings) -> bytes:
                 raise MetricsKeyError(f"metricsKeyFile {path}: {e.strerror}") from None
             if len(raw) < MIN_KEY_BYTES:
                 raise MetricsKeyError(
-                    f"metricsKeyFile {path}: fewer than {MIN_KEY_BYTES} bytes; the chart generates 32"
+                    f"metricsKeyFile {path}: fewer than {MIN_KEY_BYTES} bytes; the chart generates 64"
                 )
             _loaded[path] = raw
         return _loaded[path]

@@ -7,11 +7,7 @@ import time
 from datetime import datetime, timezone
 from typing import Optional
 
-from ...api.status import (
-    Condition,
-    Phase,
-    RLTuningJobStatus,
-)
+from ...api.status import Condition, Phase, RLTuningJobStatus
 from .types import Decisions, Event
 
 

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-from ...api.status import (
-    Phase,
-    TrialState,
-)
+from ...api.status import Phase, TrialState
 from .. import records
 from . import concluding, outcome, searching, trials
 from .context import StepContext

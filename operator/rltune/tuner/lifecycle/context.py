@@ -6,11 +6,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...api.models import RLConfig, RLTuningJobSpec
-from ...api.status import (
-    Phase,
-    RLTuningJobStatus,
-    TrialStatus,
-)
+from ...api.status import Phase, RLTuningJobStatus, TrialStatus
 from .. import records, restore
 from ..search import Deadline
 from .conditions import set_phase

@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ...api.status import (
-    BestStatus,
-    Phase,
-    TrialStatus,
-    TuningCostStatus,
-)
+from ...api.status import BestStatus, Phase, TrialStatus, TuningCostStatus
 from .. import records
 from ..payback import tuning_cost
 from .context import StepContext

@@ -3,11 +3,7 @@
 
 from __future__ import annotations
 
-from ...api.status import (
-    Phase,
-    PoolOfferStatus,
-    TrialState,
-)
+from ...api.status import Phase, PoolOfferStatus, TrialState
 from .. import records
 from . import outcome, trials
 from .conditions import cheaper

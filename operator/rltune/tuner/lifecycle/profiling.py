@@ -3,12 +3,7 @@ reward gate's power."""
 
 from __future__ import annotations
 
-from ...api.status import (
-    BaselineStatus,
-    DroppedKnob,
-    Phase,
-    TrialState,
-)
+from ...api.status import BaselineStatus, DroppedKnob, Phase, TrialState
 from .. import gates, records
 from ..search import explicit
 from . import trials

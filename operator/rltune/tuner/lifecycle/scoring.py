@@ -6,12 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ...api.metrics import StepRecord
-from ...api.status import (
-    FailureCause,
-    Phase,
-    TrialState,
-    TrialStatus,
-)
+from ...api.status import FailureCause, Phase, TrialState, TrialStatus
 from .. import gates, records, restore
 from . import trials
 from .conditions import now_iso, parse_iso, set_condition

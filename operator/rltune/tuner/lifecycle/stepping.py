@@ -7,11 +7,7 @@ import time
 from typing import Callable, Optional
 
 from ...api.models import RLTuningJobSpec
-from ...api.status import (
-    Phase,
-    RLTuningJobStatus,
-    TrialState,
-)
+from ...api.status import Phase, RLTuningJobStatus, TrialState
 from ..search import Deadline
 from . import confirming, pooling, profiling, scoring, searching
 from .conditions import now_iso, set_condition

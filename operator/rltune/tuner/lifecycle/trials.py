@@ -5,11 +5,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ...api.models import RLConfig
-from ...api.status import (
-    FailureCause,
-    TrialState,
-    TrialStatus,
-)
+from ...api.status import FailureCause, TrialState, TrialStatus
 from .. import records
 from .conditions import now_iso
 from .context import StepContext

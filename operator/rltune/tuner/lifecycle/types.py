@@ -8,11 +8,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from ...api.metrics import StepRecord
-from ...api.status import (
-    FailureCause,
-    RLTuningJobStatus,
-    TrialState,
-)
+from ...api.status import FailureCause, RLTuningJobStatus, TrialState
 
 REASON_GRACE_SECONDS = 5.0  # how long a failed trial's exported reason may take to reach the metrics store
 
