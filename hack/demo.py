@@ -23,6 +23,12 @@ from pathlib import Path
 from typing import Optional
 
 REPO = Path(__file__).resolve().parents[1]
+if not __package__:  # run as a file: its folder, hack/, is on sys.path; the folder that holds `hack` may not be
+    if str(REPO) not in sys.path:
+        sys.path.insert(0, str(REPO))
+
+from hack.bed import binaries, network, paths  # noqa: E402
+
 CRD = REPO / "crds" / "rltuningjobs.yaml"
 CHART = REPO / "helm" / "rltune"
 EXAMPLE = REPO / "examples" / "twin-demo.yaml"
@@ -31,13 +37,11 @@ RELEASE, RELEASE_NS = "rltune", "rltune-system"
 
 def bed_env() -> dict[str, str]:
     """Environment for kubectl, helm and the operator, pointed at the local test bed."""
-    import testbed  # hack/testbed.py, beside this file
-
     env = dict(os.environ)
-    env.setdefault("KUBECONFIG", str(testbed.KUBECONFIG))
-    env.setdefault("RLTUNE_PROMETHEUS_URL", testbed.PROMETHEUS_URL)
-    env.setdefault("RLTUNE_PUSHGATEWAY_URL", testbed.PUSHGATEWAY_URL)
-    env["PATH"] = f"{testbed.bin_dir(build=False)}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("KUBECONFIG", str(paths.KUBECONFIG))
+    env.setdefault("RLTUNE_PROMETHEUS_URL", network.PROMETHEUS_URL)
+    env.setdefault("RLTUNE_PUSHGATEWAY_URL", network.PUSHGATEWAY_URL)
+    env["PATH"] = f"{binaries.bin_dir(build=False)}{os.pathsep}{env.get('PATH', '')}"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO / "operator"), env.get("PYTHONPATH", "")]))
     return env
 

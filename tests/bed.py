@@ -1,4 +1,4 @@
-"""Helpers for tests that use the local test bed (hack/testbed.py). See docs/testbed.md.
+"""Helpers for tests that use the local test bed (the package hack.bed). See docs/testbed.md.
 
 Fixtures (tests/conftest.py):
     bed        session: the running bed (started once if needed) -> Bed
@@ -20,12 +20,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "hack"))
-import testbed  # noqa: E402  (hack/testbed.py)
+# the repository root, where the package `hack` is: `python -m pytest` from the root has it on
+# sys.path, a plain `pytest` (its script's folder first) does not, and pyproject.toml's pytest
+# settings name no `pythonpath`
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+sys.path.insert(1, str(REPO / "hack"))  # the pod runner's hack/pod*.py, still top-level modules
+from hack.bed import binaries, lifecycle, network, paths, pools  # noqa: E402
 
-create_pool = testbed.create_pool  # create_pool(api, name, gpu_type, nodes, gpus_per_node, ...)
-delete_pool = testbed.delete_pool  # delete_pool(api, name)
-GPU_TYPES = testbed.gpu_types()
+create_pool = pools.create  # create_pool(api, name, gpu_type, nodes, gpus_per_node, ...)
+delete_pool = pools.delete  # delete_pool(api, name)
+GPU_TYPES = pools.gpu_types()
 
 TRIAL_IMAGE = "rltune/trial:dev"  # mapped: the pod runner executes it locally
 PAUSE_IMAGE = "registry.k8s.io/pause:3.10"  # unmapped: kwok's default behaviour
@@ -105,7 +110,7 @@ class Bed:
     @property
     def bin_dir(self) -> Path:
         """Where kubectl, helm, kwok, ... live."""
-        return testbed.bin_dir(build=False)
+        return binaries.bin_dir(build=False)
 
     def pod_log(self, namespace: str, name: str) -> str:
         f = self.pod_logs / f"{namespace}_{name}.log"
@@ -115,20 +120,20 @@ class Bed:
 def current() -> Bed:
     return Bed(
         repo=REPO,
-        kubeconfig=testbed.KUBECONFIG,
-        prometheus_url=testbed.PROMETHEUS_URL,
-        pushgateway_url=testbed.PUSHGATEWAY_URL,
-        state_dir=testbed.STATE,
-        audit_log=testbed.AUDIT_LOG,
-        pod_logs=testbed.STATE / "pods",
-        ports=dict(testbed.PORTS),
+        kubeconfig=paths.KUBECONFIG,
+        prometheus_url=network.PROMETHEUS_URL,
+        pushgateway_url=network.PUSHGATEWAY_URL,
+        state_dir=paths.STATE,
+        audit_log=paths.AUDIT_LOG,
+        pod_logs=paths.STATE / "pods",
+        ports=dict(network.PORTS),
     )
 
 
 def ensure_bed() -> Bed:
     """Bring the bed up (no-op when it already is) and describe it."""
-    if not testbed.is_up():
-        testbed.up(wait=True)
+    if not lifecycle.is_up():
+        lifecycle.up(wait=True)
     return current()
 
 
@@ -136,7 +141,7 @@ def ensure_bed() -> Bed:
 def chart_env(bed: "Bed") -> dict[str, str]:
     """The environment for installing the chart on the bed (hack/demo.py's helm helpers), with the
     CRD applied: the release's Prometheus and Pushgateway are the bed's."""
-    import demo  # hack/demo.py
+    from hack import demo
 
     env = demo.bed_env()
     env.update(bed.env())

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack import demo
+from hack.bed import kuberay
 
 import bed as bedlib
-import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
-from bed import testbed
 from rltune.adapters import registry
 from rltune.api.models import RLTuningJobSpec
 from rltune.controller import pods as pod_manifests
@@ -185,7 +185,7 @@ def test_the_api_server_refuses_what_the_operators_service_account_may_not_creat
 
 
 def test_rayjobs_of_the_operator_are_checked_on_their_pod_templates(bed, namespace, release):
-    if not testbed.kuberay_enabled():
+    if not kuberay.enabled():
         pytest.skip("the bed runs without KubeRay (no ray.io RayJob kind)")
     env, name, sys_ns, user = release
     settings = OperatorSettings()

@@ -1,5 +1,5 @@
 """Event-driven reconciling on the test bed: the operator (a subprocess, as its own audited user
-rltune-operator: hack/testbed.py operator_kubeconfig) with reconcileInterval 30 s, so that anything
+rltune-operator: hack.bed.pki.operator_kubeconfig) with reconcileInterval 30 s, so that anything
 faster than that is the work of a watch event, not of the timer.
 
 - an idle (finished) job makes no API request in 20 s (the apiserver's audit log);
@@ -18,11 +18,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack import demo
+from hack.bed import pki
 from test_operator import job as get_job
 from test_operator import kubectl, wait
 
 import bed as bedlib
-import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
@@ -38,7 +39,7 @@ def operator(bed, namespace):
     env.update(RLTUNE_PROMETHEUS_URL=bed.prometheus_url, RLTUNE_PUSHGATEWAY_URL=bed.pushgateway_url)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "operator"), env.get("PYTHONPATH", "")]))
     demo.apply_crd(env)
-    op_env = dict(env, KUBECONFIG=str(bedlib.testbed.operator_kubeconfig()), RLTUNE_RECONCILE_INTERVAL=str(INTERVAL))
+    op_env = dict(env, KUBECONFIG=str(pki.operator_kubeconfig()), RLTUNE_RECONCILE_INTERVAL=str(INTERVAL))
     log = Path(bed.state_dir).parent / "e2e" / f"operator-{namespace}.log"
     p = demo.start_operator(op_env, log, namespaces=(namespace,), metrics_port=0)
     time.sleep(3)  # kopf's watches start
@@ -64,10 +65,10 @@ def operator_requests(bed, offset: int, t0: float, t1: float) -> list[dict]:
     with open(bed.audit_log, errors="replace") as f:
         f.seek(offset)
         for line in f:
-            if bedlib.testbed.OPERATOR_USER not in line:
+            if pki.OPERATOR_USER not in line:
                 continue
             ev = json.loads(line)
-            if (ev.get("user") or {}).get("username") != bedlib.testbed.OPERATOR_USER:
+            if (ev.get("user") or {}).get("username") != pki.OPERATOR_USER:
                 continue
             if t0 <= datetime.fromisoformat(ev["requestReceivedTimestamp"]).timestamp() < t1:
                 out[ev["auditID"]] = ev

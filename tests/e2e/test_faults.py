@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack import demo
 
 import bed as bedlib
-import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
 from loopback import Loopback, Quiet
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -440,7 +440,7 @@ def test_prometheus_down_for_a_minute_and_slow(rig, bed):
     """Prometheus behind a proxy that answers 2 s late, and stopped for a minute while the baseline
     is scored: nothing is scored meanwhile, the job says MetricsAvailable=False (MetricsUnavailable),
     and it goes on once Prometheus is back."""
-    import testbed
+    from hack.bed import binaries, clients, components, processes
 
     proxy = SlowProxy(bed.prometheus_url, delay=2.0)
     t0 = time.time()
@@ -454,7 +454,7 @@ def test_prometheus_down_for_a_minute_and_slow(rig, bed):
     stopped = False
     try:
         rig.wait_status(lambda st: (rig.trial(st, "baseline") or {}).get("state") == "Running", 120, "baseline running")
-        testbed.stop_process("prometheus")
+        processes.stop("prometheus")
         stopped, t_stop = True, time.time()
         st = rig.wait_status(
             lambda st: conditions(st).get("MetricsAvailable", {}).get("status") == "False",
@@ -471,8 +471,8 @@ def test_prometheus_down_for_a_minute_and_slow(rig, bed):
             time.sleep(2)
     finally:
         if stopped:
-            testbed.start_process("prometheus", testbed.component_argv(testbed.bin_dir(build=False))["prometheus"])
-            testbed.wait_for("prometheus", lambda: testbed.http_ok(f"{bed.prometheus_url}/-/ready"), 60)
+            processes.start("prometheus", components.commands(binaries.bin_dir(build=False))["prometheus"])
+            processes.wait_for("prometheus", lambda: clients.http_ok(f"{bed.prometheus_url}/-/ready"), 60)
     t_back = time.time()
     st = rig.wait_status(lambda st: st.get("phase") != "Profiling", 120, "the baseline scored after the outage")
     t_resume = time.time() - t_back
@@ -566,14 +566,14 @@ def test_job_deleted_in_each_phase(rig):
 
 def test_apiserver_restarted_under_the_operator(rig):
     """kube-apiserver restarts while trials run: the operator reconnects, the job finishes, no pod twice."""
-    import testbed
+    from hack.bed import lifecycle
 
     t0 = time.time()
     rig.start()
     rig.apply(twin_job(trials=3, parallel=2, steps=3, confirm=2, sec_per_step=1.0))
     rig.wait_status(rig.in_phase_with_pods("Searching"), 240, "Searching with trial pods")
     t = time.time()
-    testbed.restart(["kube-apiserver"])
+    lifecycle.restart(["kube-apiserver"])
     t_restart = time.time() - t
     st = rig.wait_done(300)
     print(f"\nkube-apiserver restarted in {t_restart:.1f}s; job {st['phase']} after {time.time() - t0:.0f}s")

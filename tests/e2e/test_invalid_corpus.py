@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack import demo
 
 import bed as bedlib
-import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 CASES = ROOT / "tests" / "invalid_jobs"

@@ -17,9 +17,9 @@ import time
 
 import pytest
 import yaml
+from hack.bed import kuberay
 
 import bed as bedlib
-from bed import testbed
 from rltune.controller.rayjob import SUBMITTER_RETRIES
 
 pytestmark = [pytest.mark.bed, pytest.mark.slow]
@@ -30,7 +30,7 @@ MARK = "RLTUNE-RAYJOB-OK"
 
 @pytest.fixture(autouse=True)
 def _kuberay_on(bed):
-    if not testbed.kuberay_enabled():
+    if not kuberay.enabled():
         pytest.skip("the bed runs without KubeRay (RLTUNE_BED_KUBERAY=0 / testbed.py kuberay off)")
 
 

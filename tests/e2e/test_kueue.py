@@ -1,4 +1,4 @@
-"""Kueue on the test bed (hack/testbed.py runs Kueue v0.17.0's manager as a local process, its
+"""Kueue on the test bed (hack/bed/kueue.py runs Kueue v0.17.0's manager as a local process, its
 webhooks on loopback): admission of pod groups against a ClusterQueue's nvidia.com/gpu quota on the
 kwok B300 pool, and the operator tuning a twin job through a LocalQueue (resources.queueName) whose
 quota admits one trial at a time while budget.parallelTrials is 2.
@@ -16,21 +16,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack.bed import kuberay, kueue, processes
 
 import bed as bedlib
-from bed import testbed
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
 GATE = "kueue.x-k8s.io/admission"
-KUEUE_API = testbed.KUEUE_API
+KUEUE_API = kueue.API
 
 pytestmark = pytest.mark.bed
 
 
 @pytest.fixture(scope="module", autouse=True)
 def kueue_running(bed):
-    if not testbed.kueue_enabled() or not testbed.running_pid(testbed.KUEUE):
+    if not kueue.enabled() or not processes.running_pid(kueue.NAME):
         pytest.skip("Kueue is off on this bed (hack/testbed.py kueue on)")
 
 
@@ -45,7 +45,7 @@ def kubectl(bed, *args, input=None, check=True):
 def queue(bed, namespace, request):
     """LocalQueue `lq` in the test's namespace over a 16-GPU ClusterQueue (indirect param: its
     `preemption`)."""
-    docs = testbed.queue_objects(namespace, 16, getattr(request, "param", None))
+    docs = kueue.queue_objects(namespace, 16, getattr(request, "param", None))
     kubectl(bed, "apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in docs))
 
     def active() -> bool:
@@ -136,12 +136,12 @@ def test_kueue_eviction_is_what_the_operator_reads_as_preemption(bed, namespace,
     """A higher-priority group preempts a running one: Kueue marks the evicted pods with the
     TerminationTarget condition (reason WorkloadEvictedDueToPreempted) before deleting them - what
     controller/kueue.py's `evicted` reads as the trial outcome Preempted."""
-    from rltune.controller import kueue
+    from rltune.controller.kueue import PRIORITY_LABEL, evicted
 
     low, high = priorities
     for i in range(2):
         p = group_pod(f"low-{i}", "group-low", 2, queue, 600)
-        p["metadata"]["labels"].update({kueue.PRIORITY_LABEL: low, "rltune.io/job": "x"})  # TrialPodWatch's selector
+        p["metadata"]["labels"].update({PRIORITY_LABEL: low, "rltune.io/job": "x"})  # TrialPodWatch's selector
         core.create_namespaced_pod(namespace, p)
 
     def group(name):
@@ -158,12 +158,12 @@ def test_kueue_eviction_is_what_the_operator_reads_as_preemption(bed, namespace,
     class Evictions(bedlib.TrialPodWatch):
         def on_event(self, kind, p):
             if p.metadata.name.startswith("low-") and not seen.get(p.metadata.name):
-                seen[p.metadata.name] = kueue.evicted([api.sanitize_for_serialization(p)])
+                seen[p.metadata.name] = evicted([api.sanitize_for_serialization(p)])
 
     watch = Evictions(bed, namespace)
     for i in range(2):
         p = group_pod(f"high-{i}", "group-high", 2, queue, 600)
-        p["metadata"]["labels"][kueue.PRIORITY_LABEL] = high
+        p["metadata"]["labels"][PRIORITY_LABEL] = high
         core.create_namespaced_pod(namespace, p)
     bedlib.wait_for(
         lambda: (lambda ps: len(ps) == 2 and all(p.spec.node_name and not gated(p) for p in ps))(group("group-high")),
@@ -228,7 +228,7 @@ class GpuLedger(bedlib.TrialPodWatch):
 
 @pytest.fixture
 def operator(bed, namespace):
-    import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
+    from hack import demo
 
     env = bed.env()
     env["RLTUNE_PROMETHEUS_URL"] = bed.prometheus_url
@@ -287,7 +287,7 @@ def test_operator_tunes_through_a_queue_that_admits_one_trial_at_a_time(bed, nam
 def test_a_rayjob_in_a_queue_is_admitted_and_runs(bed, namespace, queue):
     """Kueue's ray.io/rayjob integration on the bed: a RayJob naming the queue is suspended by
     Kueue's webhook, admitted as one workload, and runs to completion (KubeRay, real Ray)."""
-    if not testbed.kuberay_enabled():
+    if not kuberay.enabled():
         pytest.skip("KubeRay is off on this bed")
     from test_kuberay import run_rayjob
 

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack import demo
+from hack.bed import pki
 from kubernetes import client
 from test_operator import env_for, job, kubectl, wait  # tests/e2e/test_operator.py
 
 import bed as bedlib
-import demo  # hack/demo.py
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
@@ -69,7 +70,7 @@ def operator(bed, namespace):
     demo.apply_crd(env)
     log = Path(bed.state_dir).parent / "e2e" / f"operator-{namespace}.log"
     # as rltune-operator: the bed's audit log records every request of that user (docs/testbed.md)
-    op_env = dict(env, KUBECONFIG=str(bedlib.testbed.operator_kubeconfig()))
+    op_env = dict(env, KUBECONFIG=str(pki.operator_kubeconfig()))
     p = demo.start_operator(op_env, log, namespaces=(namespace,), metrics_port=0)
     yield env, p, log
     if p.poll() is None:
@@ -133,7 +134,7 @@ def test_each_trial_has_a_network_policy_while_it_runs(bed, namespace, operator)
     deleted = set()
     for ev, ref in bedlib.audit_events(bed, namespace):
         ok = (ev.get("responseStatus") or {}).get("code") in (200, 201) and "dryRun=" not in ev.get("requestURI", "")
-        if not ok or ref.get("subresource") or ev["user"]["username"] != bedlib.testbed.OPERATOR_USER:
+        if not ok or ref.get("subresource") or ev["user"]["username"] != pki.OPERATOR_USER:
             continue
         if ev["verb"] == "create" and ref.get("resource") in ("pods", "networkpolicies"):
             trial = ref["name"].removeprefix("fence-").rsplit("-", 1)[0] if ref["resource"] == "pods" else None

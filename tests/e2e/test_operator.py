@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import requests
 import yaml
+from hack import demo
 
 import bed as bedlib
-import demo  # hack/demo.py (tests/bed.py puts hack/ on sys.path)
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"

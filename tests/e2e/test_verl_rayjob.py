@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack.bed import kuberay
 from test_operator import job, kubectl, operator, wait  # noqa: F401 - the operator fixture
 
 import bed as bedlib
-from bed import testbed
 from rltune.adapters.registry import adapter_for
 from rltune.adapters.verl_loader import compose
 
@@ -122,12 +122,12 @@ def condition(st: dict, ctype: str) -> dict:
 
 
 @pytest.fixture
-def kuberay(bed):
-    if not testbed.kuberay_enabled():
+def kuberay_running(bed):
+    if not kuberay.enabled():
         pytest.skip("the bed runs without KubeRay (RLTUNE_BED_KUBERAY=0)")
 
 
-def test_verl_job_on_rayjobs_end_to_end(bed, namespace, operator, kuberay):  # noqa: F811
+def test_verl_job_on_rayjobs_end_to_end(bed, namespace, operator, kuberay_running):  # noqa: F811
     env, start, log = operator
     op = start()
     t0 = time.time()
@@ -176,10 +176,10 @@ def test_verl_job_on_rayjobs_end_to_end(bed, namespace, operator, kuberay):  # n
     )
 
 
-def test_without_kuberay_a_verl_job_waits_and_says_why(bed, namespace, operator, kuberay):  # noqa: F811
+def test_without_kuberay_a_verl_job_waits_and_says_why(bed, namespace, operator, kuberay_running):  # noqa: F811
     """KubeRay is taken off the bed for the duration of the test (operator and CRDs) and put back."""
     env, start, log = operator
-    testbed.kuberay_switch(False)
+    kuberay.switch(False)
     try:
         start()
         apply(env, namespace, verl_job("verl-nokuberay"))
@@ -197,4 +197,4 @@ def test_without_kuberay_a_verl_job_waits_and_says_why(bed, namespace, operator,
         time.sleep(5)
         assert not bedlib.pod_creations(bed, namespace), "a trial pod was created without KubeRay"
     finally:
-        testbed.kuberay_switch(True)
+        kuberay.switch(True)

@@ -11,8 +11,7 @@ import subprocess
 
 import pytest
 import yaml
-
-from demo import wait_crd_established  # hack/demo.py
+from hack.demo import wait_crd_established
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -37,9 +37,10 @@ from typing import Callable, Optional
 import pytest
 import requests
 import yaml
+from hack.bed import pools
+from hack.demo import wait_crd_established
 
 import bed as bedlib
-from demo import wait_crd_established  # hack/demo.py
 from rltune.api.crdgen import GROUP, PLURAL, VERSION
 from rltune.api.layout import nodes_for
 from rltune.controller import pods as pod_manifests
@@ -500,7 +501,7 @@ def tiny_pool(bed):
     """One 8-GPU B300 node in a pool of its own, tainted so that only this test's pods land on it."""
     core = bed.core()
     name = bedlib.unique("rlt-one")
-    node = bedlib.testbed.node_manifest(name, 0, "B300", 8, "224", "4Ti")
+    node = pools.node_manifest(name, 0, "B300", 8, "224", "4Ti")
     node["spec"]["taints"].append({"key": "rltune.io/test-pool", "value": name, "effect": "NoSchedule"})
     core.create_node(node)
     try:

@@ -11,16 +11,16 @@ import uuid
 
 import pytest
 import yaml
+from hack.bed import binaries, components, images, kwok, paths, pools, processes
 
 import bed as bedlib
-from bed import testbed
 
 
 # ----------------------------------------------------------------------------- no bed needed
 def test_image_mapping_regex_matches_globs():
     import re
 
-    rx = re.compile(testbed.image_regex())
+    rx = re.compile(images.regex())
     for img in (
         "rltune/trial:dev",
         "ghcr.io/rltune/trial:0.1",
@@ -61,7 +61,7 @@ def test_a_volume_over_the_beds_own_files_is_not_mounted(tmp_path):
     state = tmp_path / "clone" / ".state" / "bed"
     sbx = PodSandboxes(state, request=None, apiserver_host="127.0.0.1", apiserver_port=1, log=lambda m: None)
     assert sbx._hides_the_bed(str(tmp_path)) and sbx._hides_the_bed(str(state))
-    assert sbx._hides_the_bed(str(testbed.REPO.parent)) and sbx._hides_the_bed("/")
+    assert sbx._hides_the_bed(str(paths.REPO.parent)) and sbx._hides_the_bed("/")
     assert not sbx._hides_the_bed("/etc/rltune") and not sbx._hides_the_bed(str(state / "volumes" / "x"))
 
 
@@ -168,9 +168,9 @@ def test_kwok_stages_are_data_with_the_runner_images_filled_in():
     completion and deletion by the image selector filled in for @MAPPED_IMAGES@."""
     import re
 
-    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(testbed.kwok_config())}
-    assert len(docs) == len(list(testbed.KWOK_STAGES.glob("*.yaml")))
-    assert testbed.MAPPED_IMAGES not in testbed.kwok_config()
+    docs = {d["metadata"]["name"]: d for d in yaml.safe_load_all(kwok.config())}
+    assert len(docs) == len(list(kwok.STAGES.glob("*.yaml")))
+    assert kwok.MAPPED_IMAGES not in kwok.config()
     for stage in ("rltune-pod-complete", "rltune-pod-delete"):
         keys = [e["key"] for e in docs[stage]["spec"]["selector"]["matchExpressions"]]
         sel = next(k for k in keys if "image" in k)
@@ -179,7 +179,7 @@ def test_kwok_stages_are_data_with_the_runner_images_filled_in():
 
 
 def test_kwok_config_is_valid_yaml_with_stages():
-    docs = list(yaml.safe_load_all(testbed.kwok_config()))
+    docs = list(yaml.safe_load_all(kwok.config()))
     names = {d["metadata"]["name"] for d in docs}
     assert {"rltune-node-initialize", "rltune-pod-ready", "rltune-pod-running-unready", "rltune-pod-complete"} <= names
     assert "rltune-pod-delete" in names
@@ -188,15 +188,15 @@ def test_kwok_config_is_valid_yaml_with_stages():
 
 
 def test_node_manifest_gfd_labels_and_taint():
-    n = testbed.node_manifest("h200", 3, "H200", 8, "192", "2Ti")
+    n = pools.node_manifest("h200", 3, "H200", 8, "192", "2Ti")
     lab = n["metadata"]["labels"]
-    recorded = testbed.gpu_types()["H200"]["labels"]
+    recorded = pools.gpu_types()["H200"]["labels"]
     assert {k: lab[k] for k in recorded} == recorded  # exactly the recorded GFD labels
     assert lab["nvidia.com/gpu.count"] == "8"
     assert lab["nvidia.com/gpu.family"] == "hopper"
     assert n["status"]["capacity"]["nvidia.com/gpu"] == "8"
     assert n["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
-    cpu = testbed.node_manifest("system", 0, None, 0, "32", "128Gi")
+    cpu = pools.node_manifest("system", 0, None, 0, "32", "128Gi")
     assert "nvidia.com/gpu" not in cpu["status"]["capacity"] and not cpu["spec"]["taints"]
 
 
@@ -307,7 +307,7 @@ def test_h200_pool_of_16_nodes_can_be_created(bed, core, namespace):
         assert len(names) == 16
         nodes = core.list_node(label_selector=f"rltune.io/pool={pool}").items
         assert len(nodes) == 16
-        h200 = testbed.gpu_types()["H200"]["labels"]
+        h200 = pools.gpu_types()["H200"]["labels"]
         assert {n.metadata.labels["nvidia.com/gpu.product"] for n in nodes} == {h200["nvidia.com/gpu.product"]}
         assert {n.metadata.labels["nvidia.com/gpu.memory"] for n in nodes} == {h200["nvidia.com/gpu.memory"]}
         core.create_namespaced_pod(
@@ -398,9 +398,9 @@ def test_runner_restart_readopts_without_duplicates(bed, core, namespace):
     core.create_namespaced_pod(namespace, bedlib.python_pod("readopt", code))
     bedlib.wait_pod(core, namespace, "readopt", phases=("Running",), timeout=30)
     bedlib.wait_for(lambda: bedlib.pids_with_cmdline(marker), 30, what="process started")
-    testbed.stop_process("podrunner")
-    argv = testbed.component_argv(testbed.bin_dir(build=False))["podrunner"]
-    testbed.start_process("podrunner", argv)
+    processes.stop("podrunner")
+    argv = components.commands(binaries.bin_dir(build=False))["podrunner"]
+    processes.start("podrunner", argv)
     time.sleep(2)  # the new runner lists pods and re-adopts
     assert (
         len([p for p in bedlib.pids_with_cmdline(marker) if "rltune-pod" not in open(f"/proc/{p}/cmdline").read()]) == 1

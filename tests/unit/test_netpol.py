@@ -193,9 +193,9 @@ class Cluster:
         return None
 
     def list_nodes(self):
-        from bed import testbed
+        from hack.bed import pools
 
-        return [testbed.node_manifest("gpu", i, "B300", 8, "224", "4Ti") for i in range(2)]
+        return [pools.node_manifest("gpu", i, "B300", 8, "224", "4Ti") for i in range(2)]
 
     def create(self, manifest):
         self.calls.append(f"create {manifest['kind']} {manifest['metadata']['name']}")

@@ -1,5 +1,5 @@
 """controller/placement.py against node objects built from the recorded GPU Feature Discovery labels
-(hack/gfd/labels.yaml through hack/testbed.py:node_manifest, the same objects the bed creates):
+(hack/gfd/labels.yaml through hack/bed/pools.py:node_manifest, the same objects the bed creates):
 a trial pod for a GPU type fits a node carrying only the real labels of that type and no other
 type's node; an unmatched selector gives a message naming what the job asked for and how many nodes
 pass each check, never a label value, taint or size of a node (the job's condition is read by tenants,
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hack.bed import pools
 
-from bed import testbed
 from rltune.api.hardware import CATALOG
 from rltune.api.models import RLTuningJobSpec
 from rltune.controller import pods as pod_manifests
@@ -20,7 +20,7 @@ from rltune.controller.placement import check_pool, pod_requests, quantity, why_
 from rltune.settings import GpuPoolSettings, OperatorSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "twin-demo.yaml"
-FIXTURE = Path(testbed.GFD_FIXTURE)
+FIXTURE = Path(pools.GFD_FIXTURE)
 
 
 def make_spec(**resources) -> RLTuningJobSpec:
@@ -46,7 +46,7 @@ def trial_pod_spec(spec: RLTuningJobSpec, settings: OperatorSettings | None = No
 
 
 def node(gpu_type: str | None, pool: str = "gpu", index: int = 0, gpus: int = 8) -> dict:
-    return testbed.node_manifest(pool, index, gpu_type, gpus, "224", "4Ti")
+    return pools.node_manifest(pool, index, gpu_type, gpus, "224", "4Ti")
 
 
 def test_fixture_records_a_source_for_every_type_and_value():
