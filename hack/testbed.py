@@ -17,17 +17,16 @@ if not __package__:  # run as a file: its folder, hack/, is on sys.path; the fol
     if _ROOT not in sys.path:
         sys.path.insert(0, _ROOT)
 
-from hack.bed import images, kueue, lifecycle, network, paths, pki, pools, processes  # noqa: E402
+from hack.bed import kueue, lifecycle, network, paths, pki, pools, processes  # noqa: E402
 from hack.bed.cli import main  # noqa: E402
 
-# the bed's names as bench/ reads them (and hack/podinvoke.py's glob_to_regex)
+# the bed's names as bench/ reads them
 AUDIT_LOG, KUBECONFIG = paths.AUDIT_LOG, paths.KUBECONFIG
 PROMETHEUS_URL, PUSHGATEWAY_URL = network.PROMETHEUS_URL, network.PUSHGATEWAY_URL
 OPERATOR_USER, operator_kubeconfig = pki.OPERATOR_USER, pki.operator_kubeconfig
 is_up, up, running_pid = lifecycle.is_up, lifecycle.up, processes.running_pid
 node_manifest, create_pool, delete_pool = pools.node_manifest, pools.create, pools.delete
 KUEUE, kueue_enabled, queue_objects = kueue.NAME, kueue.enabled, kueue.queue_objects
-glob_to_regex = images.glob_to_regex
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -25,7 +25,6 @@ REPO = Path(__file__).resolve().parent.parent
 # settings name no `pythonpath`
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
-sys.path.insert(1, str(REPO / "hack"))  # the pod runner's hack/pod*.py, still top-level modules
 from hack.bed import binaries, lifecycle, network, paths, pools  # noqa: E402
 
 create_pool = pools.create  # create_pool(api, name, gpu_type, nodes, gpus_per_node, ...)

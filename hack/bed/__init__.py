@@ -21,4 +21,7 @@ One module a part, each importing only those above it in this list:
     components   which processes, in which order, with which command lines
     lifecycle    up, down, restart, status
     cli          `hack/testbed.py`'s commands
+
+and the pod runner, a fake kubelet, as the sub-package `kubelet` (`python -m hack.bed.kubelet`),
+which imports `paths` and `images` only.
 """

@@ -10,7 +10,7 @@
 
 Processes (all on 127.0.0.1, pid files + logs under .state/bed/):
     etcd :12379, kube-apiserver :16443, kube-controller-manager :20257, kube-scheduler :20259,
-    kwok :20247, prometheus :19090, pushgateway :19091, the pod runner (hack/podrunner.py),
+    kwok :20247, prometheus :19090, pushgateway :19091, the pod runner (hack/bed/kubelet),
     the KubeRay operator (metrics :20280, health :20281; RLTUNE_BED_KUBERAY=0 at `up`: without it),
     Kueue (webhooks :20290, health :20291; RLTUNE_BED_KUEUE=0 at `up`: without it).
 See docs/testbed.md. Binaries come from hack/binaries.sh (built once per machine).

@@ -151,9 +151,11 @@ def commands(bins: Path) -> dict[str, list[str]]:
             "--storage.tsdb.retention.time=7d",
             "--log.level=warn",
         ],
+        # the fake kubelet, run from the checkout (processes.start's cwd): hack/bed/kubelet
         "podrunner": [
             sys.executable,
-            str(paths.HACK / "podrunner.py"),
+            "-m",
+            "hack.bed.kubelet",
             f"--kubeconfig={kc}",
             f"--state={s}",
         ],

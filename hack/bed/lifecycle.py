@@ -132,7 +132,7 @@ def down(keep_data: bool = False) -> None:
         (paths.STATE / "pushgateway.db").unlink(missing_ok=True)
         for f in (paths.STATE / "prometheus" / "targets").glob("*.json"):
             f.unlink()
-        # memory-backed emptyDirs of its pods (hack/podsandbox.py: PodSandboxes.shm_root)
+        # memory-backed emptyDirs of its pods (hack/bed/kubelet/sandbox.py: PodSandboxes.shm_root)
         shm = "rltune-bed-" + hashlib.sha1(str(paths.STATE.resolve()).encode()).hexdigest()[:8]
         shutil.rmtree(Path("/dev/shm") / shm, ignore_errors=True)
     print("test bed is down")

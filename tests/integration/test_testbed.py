@@ -37,7 +37,7 @@ def test_a_mount_that_would_hide_another_mounts_source_goes_last():
     (where volumes are materialised) lives under /tmp, as in a CI clone."""
     from pathlib import Path
 
-    from podsandbox import Mount, Sandbox
+    from hack.bed.kubelet.sandbox import Mount, Sandbox
 
     state = Path("/tmp/clone/.state/bed/volumes/uid")
     sb = Sandbox(
@@ -56,7 +56,7 @@ def test_a_mount_that_would_hide_another_mounts_source_goes_last():
 def test_a_volume_over_the_beds_own_files_is_not_mounted(tmp_path):
     """The container shares the host's filesystem here: an emptyDir at a parent of the checkout or
     of the bed's state would hide the python the pod runs with."""
-    from podsandbox import PodSandboxes
+    from hack.bed.kubelet.sandbox import PodSandboxes
 
     state = tmp_path / "clone" / ".state" / "bed"
     sbx = PodSandboxes(state, request=None, apiserver_host="127.0.0.1", apiserver_port=1, log=lambda m: None)
@@ -75,9 +75,9 @@ def _step(pr, now: float) -> list[str]:
 
 
 def test_a_readiness_probe_flips_only_after_its_thresholds():
-    """podprobe's state machine, as a kubelet counts: not ready until successThreshold passes in a
+    """The probes' state machine, as a kubelet counts: not ready until successThreshold passes in a
     row (none before initialDelaySeconds), ready until failureThreshold failures in a row."""
-    from podprobe import Prober, ProbeSpec, Target
+    from hack.bed.kubelet.probes import Prober, ProbeSpec, Target
 
     results = iter([False, True, True, False, True, False, False])
     probe = {"exec": {"command": ["x"]}, "initialDelaySeconds": 5, "periodSeconds": 1}
@@ -96,7 +96,7 @@ def test_a_readiness_probe_flips_only_after_its_thresholds():
 def test_a_startup_probe_holds_liveness_and_a_failing_liveness_probe_kills():
     """Until the startup probe passed, the liveness probe does not run (a kubelet's rule, so a slow
     starter is not killed); then failureThreshold liveness failures in a row mean `kill`, once."""
-    from podprobe import Prober, ProbeSpec, Target
+    from hack.bed.kubelet.probes import Prober, ProbeSpec, Target
 
     flag = {"up": False}
     runs = []
@@ -126,7 +126,7 @@ def test_probe_handlers_reach_the_pod_ip_and_named_ports(tmp_path):
     import http.server
     import threading
 
-    from podprobe import ProbeSpec, Target, probe_sandbox, run_once, write_probe_hosts
+    from hack.bed.kubelet.probes import ProbeSpec, Target, probe_sandbox, run_once, write_probe_hosts
 
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
@@ -201,7 +201,7 @@ def test_node_manifest_gfd_labels_and_taint():
 
 
 def test_env_expansion():
-    from podinvoke import expand
+    from hack.bed.kubelet.invoke import expand
 
     assert expand("--x=$(A) $$(A) $(B)", {"A": "1"}) == "--x=1 $(A) $(B)"
 
@@ -627,7 +627,7 @@ def test_a_probed_pod_is_ready_only_once_its_readiness_probe_passes(bed, core, n
 
 def test_an_exec_probe_sees_the_pods_own_localhost(bed, core, namespace):
     """KubeRay injects exec probes that `wget http://localhost:<port>/...`: for a Ray image (its
-    servers bind the pod IP, hack/podnet) the probe's localhost is the pod IP, as in a pod."""
+    servers bind the pod IP, hack/bed/kubelet/podnet) the probe's localhost is the pod IP, as in a pod."""
     port = _free_port()
     pod = bedlib.python_pod("rayish", _probe_server(port, "/nonexistent"))
     c = pod["spec"]["containers"][0]

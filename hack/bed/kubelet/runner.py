@@ -1,65 +1,23 @@
-"""Local pod runner of the rltune test bed.
-
-kwok nodes have no kubelet: kwok only makes pods *look* Running. This runner executes the
-containers of pods whose image is mapped in hack/images.yaml as local processes and reports their
-fate back into the pod status, like a minimal kubelet:
-
-* init containers: once kwok has made the pod Running (pod IP assigned), the pod's init containers
-  run first, one after another to completion, as a kubelet runs them: the pod goes back to Pending
-  with Initialized=False and initContainerStatuses (main containers waiting PodInitializing); an
-  init container whose image is not mapped counts as completed at once (kwok's behaviour); a
-  failing one is restarted with back-off (restartPolicy Always/OnFailure) or fails the pod (Never).
-  Once all completed the pod is Running and Initialized, and the main containers start.
-* probes (hack/podprobe.py, run on a small thread pool from the tick): a main container with a
-  readinessProbe or startupProbe is not ready until they pass (the others are ready once started);
-  a failing livenessProbe or startupProbe kills the container, which restarts as restartPolicy says.
-* start: once kwok has made the pod Running (pod IP assigned), each mapped container's
-  command + args run as a process in its own session (process group), with the pod's env
-  (values, downward-API fieldRefs, resourceFieldRefs, configMap/secret refs, envFrom), cwd = repo
-  root, PYTHONPATH = operator/ + repo root, `python`/`python3` -> the repo's .venv/bin/python.
-  Identity, volumes and names as a kubelet gives them (hack/podsandbox.py): the pod's volumes
-  (configMap, secret, emptyDir, downwardAPI, projected service-account token from the TokenRequest
-  API) bind-mounted in a private mount namespace, KUBERNETES_SERVICE_HOST/PORT, and an /etc/hosts
-  with Service names; never the bed's admin kubeconfig, so the API server enforces the pod's RBAC.
-  Extra env: RLTUNE_PUSHGATEWAY_URL and RLTUNE_PROMETHEUS_URL for images marked `bedEnv` in
-  hack/images.yaml (unless the pod sets them), RLTUNE_POD_UID, RLTUNE_BED_STATE.
-  Output (stdout+stderr) goes to .state/bed/pods/<namespace>_<name>.log.
-* exit: exit code 0 -> container terminated/Completed; non-zero -> Error; 137 -> OOMKilled.
-  Pod phase Succeeded / Failed once every mapped container is done (restartPolicy Never, or
-  OnFailure with exit 0); Always / OnFailure restart the container with back-off.
-* delete: a pod with deletionTimestamp gets SIGTERM on its process groups, SIGKILL after the
-  grace period (capped at 30 s), then the runner finalizes the deletion (grace 0), as a kubelet does.
-* restart-safe: pid + process start time + pod UID are recorded in .state/bed/runner/; on start
-  live processes are re-adopted, processes that finished meanwhile are reported from their exit
-  file, and containers already terminated are never run again.
-* Prometheus: pods annotated prometheus.io/scrape=true get a file_sd target
-  <podIP>:<prometheus.io/port> (path prometheus.io/path) in .state/bed/prometheus/targets/.
-
-This module is the loop (list, watch, reconcile a pod, tick); the parts live beside it:
-podapi (API server calls), podprocs (process table), podstatus (status writer), podinvoke (argv
-and env), podlogs (kubectl logs), podtargets (Prometheus file_sd), podsandbox (volumes, identity),
-podprobe (readiness probes).
-"""
+"""The pod runner's loop: list and watch all pods, reconcile each event, and tick (time passes)."""
 
 from __future__ import annotations
 
-import argparse
 import queue
-import signal
-import sys
 import threading
 import time
 import traceback
 from pathlib import Path
 
-from podapi import ApiClient, ApiError
-from podcommon import log, now_iso
-from podinvoke import Invoker
-from podlogs import KubectlLogs
-from podprobe import KINDS, ProbeEvent, Prober, ProbeSpec, Target, probe_sandbox, write_probe_hosts
-from podprocs import Proc, ProcessTable
-from podsandbox import PodSandboxes, SandboxError
-from podstatus import (
+from hack.bed.kubelet.api import ApiClient, ApiError
+from hack.bed.kubelet.clock import now_iso
+from hack.bed.kubelet.invoke import Invoker
+from hack.bed.kubelet.kubectl_logs import KubectlLogs
+from hack.bed.kubelet.log import log
+from hack.bed.kubelet.probes import KINDS, ProbeEvent, Prober, ProbeSpec, Target, probe_sandbox, write_probe_hosts
+from hack.bed.kubelet.process_table import Proc, ProcessTable
+from hack.bed.kubelet.sandbox import PodSandboxes, SandboxError
+from hack.bed.kubelet.scrape_targets import ScrapeTargets
+from hack.bed.kubelet.status import (
     StatusWriter,
     container_statuses,
     final_states,
@@ -68,7 +26,6 @@ from podstatus import (
     pod_initializing,
     terminated,
 )
-from podtargets import ScrapeTargets
 
 MAX_GRACE = 30.0
 HOSTS_EVERY = 2.0  # seconds between /etc/hosts refreshes (Services whose endpoint came up later)
@@ -290,7 +247,7 @@ class Runner:
                 started=not c.get("startupProbe"),
             )
 
-    # ------------------------------------------------------------------ readiness (podprobe)
+    # ------------------------------------------------------------------ readiness (probes.py)
     def _probed(self, pod: dict) -> set[str]:
         """Names of the pod's containers whose readiness waits for a probe (the ones the runner runs)."""
         return {c["name"] for c in self.invoker.mapped_containers(pod) if gated(c)}
@@ -579,24 +536,3 @@ class Runner:
         except Exception:  # noqa: BLE001 - one bad pod must not stop the runner
             md = pod.get("metadata", {})
             log(f"reconcile {md.get('namespace')}/{md.get('name')} failed:\n{traceback.format_exc()}")
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--kubeconfig", required=True)
-    ap.add_argument("--state", required=True)
-    a = ap.parse_args()
-    r = Runner(a.kubeconfig, Path(a.state))
-
-    def _stop(*_):
-        r.stop.set()
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    r.run()
-    log("stopped (pod processes keep running; they are re-adopted on the next start)")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

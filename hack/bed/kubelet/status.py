@@ -6,7 +6,7 @@ merge by container name); the cached copy is updated so the next patch builds on
 
 from __future__ import annotations
 
-from podcommon import now_iso
+from hack.bed.kubelet.clock import now_iso
 
 
 def container_statuses(pod: dict) -> dict[str, dict]:
@@ -14,7 +14,7 @@ def container_statuses(pod: dict) -> dict[str, dict]:
 
 
 def terminated(rec: dict, lost: bool = False) -> dict:
-    """The `terminated` state of a finished container record (podprocs.ProcessTable.finish)."""
+    """The `terminated` state of a finished container record (process_table.ProcessTable.finish)."""
     return {
         "terminated": {
             "exitCode": rec["exitCode"],
@@ -102,7 +102,7 @@ def merge_conditions(pod: dict, conditions: list[dict]) -> None:
 
 
 class StatusWriter:
-    """Writes status patches through `patch_status(pod, status)` (podapi.ApiClient.patch_status)."""
+    """Writes status patches through `patch_status(pod, status)` (api.ApiClient.patch_status)."""
 
     def __init__(self, patch_status):
         self.patch_status = patch_status
@@ -210,7 +210,7 @@ def initialized_patch(
     pod: dict, probed: set[str] = frozenset(), starting: set[str] = frozenset(), t: str | None = None
 ) -> dict:
     """Init containers done: the main containers start, Running; Ready unless a container in
-    `probed` waits for a readiness or startup probe (podprobe); `started` false for the ones in
+    `probed` waits for a readiness or startup probe (probes.py); `started` false for the ones in
     `starting` (a startup probe to pass)."""
     t = t or now_iso()
     mains = [

@@ -1,6 +1,6 @@
 """What a kubelet gives a pod's container besides its process: volumes, identity and name resolution.
 
-The pod runner (hack/podrunner.py) runs trial and operator pods as local processes. Without this
+The pod runner (hack.bed.kubelet) runs trial and operator pods as local processes. Without this
 module such a process would reach the API server with the bed's admin kubeconfig, and RBAC would
 never be tried. With it, a container gets what a real kubelet gives it:
 
@@ -42,7 +42,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from podstatus import pod_ready
+from hack.bed.kubelet.status import pod_ready
+from hack.bed.paths import REPO
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -120,7 +121,7 @@ class PodSandboxes:
         self.root = state / "volumes"
         # memory-backed emptyDirs: a directory on the host's tmpfs, one per bed
         self.shm_root = Path("/dev/shm") / f"rltune-bed-{hashlib.sha1(str(state.resolve()).encode()).hexdigest()[:8]}"
-        self.protected = [Path(__file__).resolve().parent.parent, state.resolve()]  # the repository, the state
+        self.protected = [REPO, state.resolve()]  # the repository, the state
         self.request = request
         self.host, self.port = apiserver_host, apiserver_port
         self.log = log

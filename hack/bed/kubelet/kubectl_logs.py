@@ -12,13 +12,13 @@ from collections.abc import Callable, Container
 from datetime import UTC, datetime
 from pathlib import Path
 
-from podapi import ApiError
-from podcommon import log
+from hack.bed.kubelet.api import ApiError
+from hack.bed.kubelet.log import log
 
 
 class KubectlLogs:
     def __init__(self, request: Callable, logdir: Path):
-        self.request = request  # podapi.ApiClient.request
+        self.request = request  # api.ApiClient.request
         self.logdir = logdir
         logdir.mkdir(parents=True, exist_ok=True)
         self.tails: dict[str, list] = {}  # uid -> [raw log, CRI log, offset, last activity]

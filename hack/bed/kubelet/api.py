@@ -16,7 +16,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from podcommon import log, now_iso
+from hack.bed.kubelet.clock import now_iso
+from hack.bed.kubelet.log import log
 
 
 class ApiError(Exception):

@@ -16,7 +16,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from podcommon import log, now_iso
+from hack.bed.kubelet.clock import now_iso
+from hack.bed.kubelet.log import log
 
 
 def proc_starttime(pid: int) -> str | None:
@@ -61,7 +62,7 @@ class Proc:
     def __init__(self, rec: dict, popen: subprocess.Popen | None = None, sandbox=None):
         self.rec = rec  # persisted: uid, ns, name, container, pid, starttime, exitfile, ...
         self.popen = popen
-        self.sandbox = sandbox  # its podsandbox.Sandbox (token refresh); None once re-adopted
+        self.sandbox = sandbox  # its sandbox.Sandbox (token refresh); None once re-adopted
         self.kill_at: float | None = None  # SIGKILL deadline once SIGTERM was sent
 
     @property

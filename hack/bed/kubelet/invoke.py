@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from podapi import ApiError
-from podcommon import HACK, REPO
+from hack.bed.images import glob_to_regex  # the same translation kwok's stages use
+from hack.bed.kubelet.api import ApiError
+from hack.bed.paths import HACK, REPO
 
 PYTHONS = (
     "python",
@@ -24,6 +25,8 @@ PYTHONS = (
     "/usr/local/bin/python",
     "/usr/local/bin/python3",
 )
+
+PODNET = Path(__file__).resolve().parent / "podnet"  # put on PYTHONPATH of `podNetwork` images
 
 ReadData = Callable[[str, str, str], dict]  # (kind "configMap"|"secret", namespace, name) -> data
 
@@ -140,8 +143,6 @@ class Invoker:
     def __init__(self, read: ReadData, state: Path):
         import yaml
 
-        from testbed import glob_to_regex  # the same translation kwok's stages use
-
         self.read = read
         self.state = state
         images = yaml.safe_load((HACK / "images.yaml").read_text())["images"]
@@ -151,7 +152,7 @@ class Invoker:
         self.python = str(REPO / ".venv" / "bin" / "python")
         if not Path(self.python).exists():
             self.python = sys.executable
-        # no KUBECONFIG: a pod reaches the API server only as its ServiceAccount (hack/podsandbox.py)
+        # no KUBECONFIG: a pod reaches the API server only as its ServiceAccount (sandbox.py)
         self.bed_env = read_bed_env(state)
 
     def image_entry(self, image: str) -> dict | None:
@@ -195,8 +196,8 @@ class Invoker:
             env["PATH"] = os.pathsep.join([str(Path(self.python).parent), env.get("PATH", "/usr/bin:/bin")])
         env.update(sandbox_env)
         pythonpath = [str(REPO / "operator"), str(REPO)]
-        if entry.get("podNetwork"):  # hack/podnet/sitecustomize.py: the pod's own network for Python
-            pythonpath.insert(0, str(HACK / "podnet"))
+        if entry.get("podNetwork"):  # podnet/sitecustomize.py: the pod's own network for Python
+            pythonpath.insert(0, str(PODNET))
             env["RLTUNE_POD_IP"] = (pod.get("status") or {}).get("podIP") or ""
         env["PYTHONPATH"] = os.pathsep.join(pythonpath)
         env.update(pod_env)  # the pod's env wins

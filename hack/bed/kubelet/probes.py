@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from podsandbox import Mount, Sandbox
+from hack.bed.kubelet.sandbox import Mount, Sandbox
 
 PERIOD_S, TIMEOUT_S, SUCCESS_THRESHOLD, FAILURE_THRESHOLD = 10, 1, 1, 3  # the API's defaults
 WORKERS = 8  # probes in flight at once (one per probe at most)
