@@ -112,7 +112,14 @@ def _job(
                 "rewardTestAlpha": 0.05,
             },
             "objective": objective,
-            "budget": {"maxTrials": 16, "parallelTrials": 2, "stepsPerTrial": 4, "warmupSteps": 1},
+            # a day per trial: steps of up to ~20 min times the 12-step baseline must not time out
+            "budget": {
+                "maxTrials": 16,
+                "parallelTrials": 2,
+                "stepsPerTrial": 4,
+                "warmupSteps": 1,
+                "trialTimeoutSeconds": 86400,
+            },
         },
     }
 

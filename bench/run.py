@@ -32,7 +32,6 @@ import hashlib
 import json
 import math
 import multiprocessing as mp
-import os
 import random
 import statistics
 import time
@@ -59,13 +58,15 @@ from bench.paths import RESULTS, ROOT
 from rltune import twin
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for
 from rltune.api.status import TrialState
-from rltune.tuner import Tuner, baseline_record, payback, records, summarize
+from rltune.backends.twin import TwinBackend
+from rltune.tuner import Tuner, baseline_record, loop, payback, records, restore, summarize
 from rltune.tuner.knobs import OUTER_KNOBS, ROLLOUT_KNOBS, TRAINER_KNOBS
 from rltune.tuner.records import failure_cause, objective_of
 from rltune.tuner.search import Space, flat_key
 
 STEPS, WARMUP = 4, 1
 CONFIRM_SEED = 600_000  # the winner's confirmation draws (Runner.confirm_seed)
+BASELINE_SEED = 7  # the baseline's draw: every method and seed starts from the same measured baseline
 
 
 # ------------------------------------------------------------------------------------ trials
@@ -160,49 +161,49 @@ class Runner:
 
 
 def run_rltune(rn: Runner, base, budget: int, seed: int) -> dict:
-    spec = rn.spec
-    hist = []
+    """rltune tuning the job with budget.maxTrials=`budget`, as the operator tunes it: the product's
+    own loop (tuner.loop.run, the lifecycle's phases, parallel trials, early stops, the winner's
+    confirmation and the stop rule) over the in-process twin backend on a virtual clock. Its trials
+    draw the noise the old harness gave them (TwinBackend's seed_of: the baseline the fixed draw
+    every method starts from, trial tN seed*1000+N, confirmation runs Runner.confirm_seed)."""
+    spec = rn.spec.model_copy(deep=True)
+    spec.budget.max_trials = budget
+    confirms: list[str] = []
+
+    def seed_of(trial: str, _ts) -> int:
+        if trial == "baseline":
+            return BASELINE_SEED
+        if trial.startswith("c"):
+            confirms.append(trial)
+            return rn.confirm_seed(seed, len(confirms))
+        return seed * 1000 + int(trial.lstrip("tp"))
+
+    backend = TwinBackend(seed_of=seed_of)
     t0 = time.time()
-    stop_reason = ""
-    while len(hist) < budget:
-        tuner = Tuner(spec, base, hist)
-        done, why = tuner.done()
-        if done:
-            stop_reason = why
-            break
-        props = tuner.propose(1, spec.resources.gpu_budget)
-        if not props:
-            stop_reason = "no proposal"
-            break
-        rec = tuner.record_for(f"t{len(hist) + 1}", props[0])
-        steps, err = rn.steps(rec.config, rec.id, seed * 1000 + len(hist) + 1)
-        if steps is None:
-            rec.state, rec.reason, rec.cause = TrialState.FAILED, err, failure_cause(err)
-        else:
-            rec = judge_or_stop(tuner, rec, steps)
-        hist.append(rec)
-    tuner = Tuner(spec, base, hist)
+    res = loop.run(spec, backend, job=rn.name, namespace="bench", clock=backend.clock, wait=backend.wait)
+    tuner = restore.make_tuner(spec, res.status.trials)
+    of_kind = lambda kind: [t for t in res.status.trials if t.kind == kind and not t.superseded]  # noqa: E731
+    search = [restore.to_record(spec, t) for t in of_kind("search")]
+    confirm = of_kind("confirm")
+    cost = res.status.tuning_cost
     return {
-        "history": hist,
-        "forecast_error": tuner.forecast_error(),
+        "history": search,
+        "pick": res.best or base,
+        "trial_gpu_h": cost.trial_gpu_hours if cost is not None else _gpu_h(search),
+        "confirm_gpu_h": _gpu_h([restore.to_record(spec, t) for t in confirm]),
+        "first_failed": bool(confirm) and confirm[0].state != TrialState.SUCCEEDED,
+        "confirmations": len(confirm),
+        "forecast_error": res.forecast_error,
         "forecast_trials": tuner.forecast_trials(),
         "seconds": time.time() - t0,
-        "stop": stop_reason,
+        "stop": res.status.message or "",
+        "phase": res.status.phase.value,
     }
 
 
-def judge_or_stop(tuner: Tuner, rec, steps: list):
-    """Score a trial as the operator does: after each measured step a clearly losing trial is
-    stopped (Tuner.early_stop, as lifecycle.maybe_early_stop calls it) and costs only the steps it ran."""
-    for n in range(WARMUP + 1, len(steps)):
-        if tuner.early_stop(steps[:n], gpus=rec.gpus):
-            s = summarize(steps[:n])
-            rec = rec.model_copy(deep=True)
-            rec.summary, rec.state = s, TrialState.STOPPED
-            rec.objective = tuner.objective_of(s.step_time, rec.gpus)
-            rec.reason = f"early-stopped after {n} steps: cannot beat the best so far"
-            return rec
-    return tuner.judge(rec, summarize(steps))
+def _gpu_h(recs: list) -> float:
+    """GPU-hours of trials' steps as they ran (warm-up included; a stopped trial's steps so far)."""
+    return sum(r.summary.seconds_spent * r.gpus for r in recs if r.summary is not None) / 3600
 
 
 def _choices(space: Space) -> dict[str, list]:
@@ -413,11 +414,6 @@ def or_baseline(base, pick):
     return base if base.objective is not None and obj >= base.objective else pick
 
 
-def rltune_pick(spec: RLTuningJobSpec, base, hist, k: int):
-    """What rltune deploys after its first k trials: Tuner.best_estimate over them and the baseline."""
-    return Tuner(spec, base, hist[:k]).best_estimate() or base
-
-
 @dataclass
 class Deployed:
     """What a method ships after k trials: its first pick that passed the confirmation (or the
@@ -430,18 +426,15 @@ class Deployed:
 
 
 def deploy(rn: Runner, method: str, base, hist: list, k: int, seed: int) -> Deployed:
-    """The lifecycle's end, for any method: its pick after k trials is re-run as the winner's
-    confirmation (Runner.confirms); a pick that does not confirm is rejected and the method picks again
-    from the same trials by its own rule (rltune: Tuner.best_estimate with the pick rejected, as
-    lifecycle.after_confirming; the rivals: their next best measured trial), until one confirms or
-    nothing left beats the baseline. The lifecycle may run further search trials after a rejection
-    when the tuner is not done; the benchmark does not, for every method alike."""
-    spec = rn.spec
+    """A rival's end, as a user of the rival would end it: its pick after k trials (its best
+    measured trial) is re-run as the winner's confirmation (Runner.confirms); a pick that does not
+    confirm is rejected and the next best measured trial is picked, until one confirms or nothing
+    left beats the baseline. (rltune's own end is its lifecycle's: run_rltune.)"""
     rejected: set = set()
     attempts, gpu_h, first_failed = 0, 0.0, False
     while True:
         hk = [r.model_copy(update={"state": TrialState.REJECTED}) if r.id in rejected else r for r in hist[:k]]
-        pick = pick_of(spec, method, base, hk, k)
+        pick = pick_after(base, hk, k)
         if pick is base or pick.id == base.id:
             return Deployed(base, attempts, gpu_h, first_failed)
         attempts += 1
@@ -454,18 +447,6 @@ def deploy(rn: Runner, method: str, base, hist: list, k: int, seed: int) -> Depl
         first_failed = first_failed or attempts == 1
         rejected.add(pick.id)
 
-
-def pick_of(spec: RLTuningJobSpec, method: str, base, hist: list, k: int):
-    """A method's pick after its first k trials, before confirmation: rltune's as the operator picks
-    (RLTUNE_PICK), the rivals' best measured trial; the baseline when the pick does not beat it."""
-    if method == "rltune" and RLTUNE_PICK == "estimate":
-        return or_baseline(base, rltune_pick(spec, base, hist, k))
-    return pick_after(base, hist, k)
-
-
-# rltune's pick: "estimate" (Tuner.best_estimate, what the operator deploys) or "measured" (its best
-# measured trial, as the rivals pick). Environment RLTUNE_BENCH_PICK overrides it for an experiment.
-RLTUNE_PICK = os.environ.get("RLTUNE_BENCH_PICK", "estimate")
 
 RUN_STEPS = 500  # the production run the tuning cost is weighed against
 
@@ -487,12 +468,72 @@ def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", objec
     and every seed starts from the same measured baseline, as a tuning run on a cluster would."""
     rn = Runner(name, spec)
     b0 = baseline_record(spec)
-    s, err = rn.run(b0.config, "baseline", 7, max(STEPS, records.baseline_steps(spec)))
+    s, err = rn.run(b0.config, "baseline", BASELINE_SEED, max(STEPS, records.baseline_steps(spec)))
     if s is None:
         raise RuntimeError(f"{name}: baseline infeasible: {err}")
     rn.base = Tuner(spec, b0, []).judge(b0, s)
     rn.stored_base = stored_summary(rn.base.summary)
     return rn, rn.base
+
+
+@dataclass
+class SeedOutcome:
+    """One method on one seed: per budget k (objective on the yardstick, trial GPU-hours with the
+    confirmations, the configuration deployed, whether its first pick failed to confirm), and the
+    figures of its longest run."""
+
+    per_k: dict
+    used: int  # search trials of the longest run
+    own_gpu_h: float  # search trials' GPU-hours within the headline budget
+    cost: dict
+    forecast_error: Optional[float] = None
+    stop: str = ""
+    matched: Optional[tuple[float, int]] = None  # a rival at rltune's trial GPU-hours: (objective, trials)
+
+
+def _rltune_seed(rn: Runner, base, budgets: list[int], seed: int, k8: int, base_gpu_s: float) -> SeedOutcome:
+    """rltune on one seed: one tuning run of the product's loop per budget (budget.maxTrials=k),
+    each deploying what its lifecycle concluded (a confirmed winner, or the baseline)."""
+    runs = {k: run_rltune(rn, base, k, seed) for k in budgets}
+    per_k = {}
+    for k, r in runs.items():
+        pick = r["pick"]
+        t = rn.true(pick.config)
+        if t is None:  # a confirmed winner the yardstick refuses: cannot happen unless the twin changed
+            pick, t = base, rn.true(base.config)
+        per_k[k] = (t[0], r["trial_gpu_h"], pick.config.dump(), r["first_failed"])
+    top = runs[max(budgets)]
+    pick_gpu_s = rn.true(top["pick"].config)[1] * (top["pick"].config.gpus or rn.space.budget)
+    return SeedOutcome(
+        per_k,
+        len(top["history"]),
+        _gpu_h(runs[k8]["history"]),
+        tuning_cost(top["trial_gpu_h"], base_gpu_s, pick_gpu_s) | {"confirm_gpu_h": top["confirm_gpu_h"]},
+        top["forecast_error"],
+        top["stop"],
+    )
+
+
+def _rival_seed(
+    rn: Runner, method: str, base, budgets: list[int], seed: int, k8: int, base_gpu_s: float, judge_tuner, target
+) -> SeedOutcome:
+    """A rival on one seed: one search of max(budgets) trials, deployed after its first k (`deploy`);
+    `target` (rltune's trial GPU-hours per seed) adds its pick at equal cost."""
+    hist = run_baseline_search(rn, base, max(budgets), seed, method, judge_tuner)["history"]
+    chosen = {k: deploy(rn, method, base, hist, k, seed) for k in set(budgets) | {len(hist)}}
+    per_k = {}
+    for k in budgets:
+        v, g, _ = best_after(rn, base, hist, k, chosen[k].record)
+        per_k[k] = (v, g + chosen[k].confirm_gpu_h, chosen[k].record.config.dump(), chosen[k].first_failed)
+    matched = None
+    if target is not None:
+        km = matched_trials(hist, target[seed])
+        dep = chosen[km] if km in chosen else deploy(rn, method, base, hist, km, seed)
+        matched = (best_after(rn, base, hist, km, dep.record)[0], km)
+    last = chosen[len(hist)]
+    _, g, pick_gpu_s = best_after(rn, base, hist, len(hist), last.record)
+    cost = tuning_cost(g + last.confirm_gpu_h, base_gpu_s, pick_gpu_s) | {"confirm_gpu_h": last.confirm_gpu_h}
+    return SeedOutcome(per_k, len(hist), spent(hist, min(k8, len(hist))), cost, matched=matched)
 
 
 def bench_job(
@@ -520,7 +561,6 @@ def bench_job(
     base_true = rn.true(base.config)[0]
     judge_tuner = Tuner(spec, base, [])
     prof = judge_tuner.profile()
-    kmax = max(budgets)
     for c in orc["shortlist"]:  # the oracle's candidates on the yardstick (rn.best_judged below)
         rn.true(RLConfig.model_validate(c))
     base_noiseless = rn.noiseless(base.config)[0]
@@ -564,32 +604,24 @@ def bench_job(
         target = res["methods"].get("rltune", {}).get("trial_gpu_h_at_headline") if method != "rltune" else None
         for sd in range(seeds):
             if method == "rltune":
-                out = run_rltune(rn, base, kmax, sd)
-                if out["forecast_error"] is not None:
-                    ferr.append(out["forecast_error"])
-                stops.append(out["stop"])
+                out = _rltune_seed(rn, base, budgets, sd, k8, base_gpu_s)
+                if out.forecast_error is not None:
+                    ferr.append(out.forecast_error)
+                stops.append(out.stop)
             else:
-                out = run_baseline_search(rn, base, kmax, sd, method, judge_tuner)
-            hist = out["history"]
-            used.append(len(hist))
-            chosen = {k: deploy(rn, method, base, hist, k, sd) for k in set(budgets) | {len(hist)}}
+                out = _rival_seed(rn, method, base, budgets, sd, k8, base_gpu_s, judge_tuner, target)
+            used.append(out.used)
             for k in budgets:
-                v, g, _ = best_after(rn, base, hist, k, chosen[k].record)
+                v, g, pick, failed = out.per_k[k]
                 per_k[k].append(base_true / v)
-                gpuh[k].append(g + chosen[k].confirm_gpu_h)
-                picks[k].append(chosen[k].record.config.dump())
-                first_failed[k] += chosen[k].first_failed
-            own_gpu_h.append(spent(hist, min(k8, len(hist))))
-            if target is not None:
-                km = matched_trials(hist, target[sd])
-                dep = chosen[km] if km in chosen else deploy(rn, method, base, hist, km, sd)
-                matched.append(base_true / best_after(rn, base, hist, km, dep.record)[0])
-                matched_k.append(km)
-            last = chosen[len(hist)]
-            _, g, pick_gpu_s = best_after(rn, base, hist, len(hist), last.record)
-            costs.append(
-                tuning_cost(g + last.confirm_gpu_h, base_gpu_s, pick_gpu_s) | {"confirm_gpu_h": last.confirm_gpu_h}
-            )
+                gpuh[k].append(g)
+                picks[k].append(pick)
+                first_failed[k] += failed
+            own_gpu_h.append(out.own_gpu_h)
+            costs.append(out.cost)
+            if out.matched is not None:
+                matched.append(base_true / out.matched[0])
+                matched_k.append(out.matched[1])
         res["methods"][method] = {
             "speedup": {k: statistics.median(v) for k, v in per_k.items()},
             "speedup_mean": {k: statistics.fmean(v) for k, v in per_k.items()},
@@ -930,6 +962,7 @@ def main(argv=None) -> int:
             print(f"==== {title}: {seeds} seeds, methods {', '.join(methods)}", flush=True)
             results = run_set(select_jobs(args.jobs, name), seeds, budgets, methods, args.procs)
             print(f"{name}: {time.time() - t0:.0f} s so far", flush=True)
+            path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(results, indent=1, default=str))
         complete = bool(results) and all(set(r["methods"]) == set(METHODS) for r in results)
         if complete:

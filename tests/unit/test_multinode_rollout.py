@@ -41,7 +41,7 @@ def _spec(preset="deepseek-v3", gpu_type="H200", gpn=8, budget=128, rollout_tp=1
             },
             "searchSpace": {"frozen": ["rollout.fp8"], **space},
             "constraints": {"maxStaleness": 1},
-            "budget": {"maxTrials": 8, "stepsPerTrial": 4, "warmupSteps": 1},
+            "budget": {"maxTrials": 8, "stepsPerTrial": 4, "warmupSteps": 1, "trialTimeoutSeconds": 86400},
         }
     )
 

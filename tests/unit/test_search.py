@@ -178,16 +178,13 @@ def _gen10_after_first_trial():
     """gen-10 (Qwen2.5-7B coding on 32 B200s) after its baseline and the tuner's first trial (rollout
     TP 4): the physics ranks a rollout TP 1 half 12% slower than TP 4, and no trial has measured TP 1."""
     from bench.jobs import generated_jobs
-    from bench.run import judge_or_stop, measured_baseline
+    from bench.run import measured_baseline, run_rltune
 
     from rltune.api.models import RLTuningJobSpec
 
     job = next(j for j in generated_jobs() if j["metadata"]["name"].startswith("gen-10"))
     rn, base = measured_baseline(job["metadata"]["name"], RLTuningJobSpec.model_validate(job["spec"]))
-    t = Tuner(rn.spec, base, [])
-    rec = t.record_for("t1", t.propose(1, rn.spec.resources.gpu_budget)[0])
-    trial_steps, _ = rn.steps(rec.config, rec.id, 1)
-    return rn.spec, base, [judge_or_stop(t, rec, trial_steps)]
+    return rn.spec, base, run_rltune(rn, base, 1, seed=0)["history"]  # the product's loop, one trial
 
 
 def test_a_knob_value_no_trial_measured_stays_a_candidate(monkeypatch):

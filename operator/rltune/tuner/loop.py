@@ -15,7 +15,8 @@ from ..api.models import RLTuningJobSpec, trial_spec_for
 from ..api.status import RLTuningJobStatus, TrialStatus
 from . import lifecycle, records, restore
 from .backend import TrialBackend, TrialObservation
-from .core import TrialRecord, Tuner
+from .core import Tuner
+from .values import TrialRecord
 
 
 @dataclass
@@ -57,17 +58,22 @@ def observation(obs: TrialObservation) -> lifecycle.Observation:
 def run(
     spec: RLTuningJobSpec,
     backend: TrialBackend,
-    on_event: Callable[[LoopEvent], None] = lambda e: None,
+    on_event: Optional[Callable[[LoopEvent], None]] = None,
     job: str = "local",
     namespace: str = "default",
     poll_s: float = 0.2,
     seed: int = 0,
     clock: Callable[[], float] = time.time,
+    wait: Optional[Callable[[], None]] = None,
 ) -> LoopResult:
+    """Tune `spec` to its end on `backend`. `clock` is the time the lifecycle reads and `wait` how
+    the loop waits for news (default: sleep `poll_s`); a simulated backend passes its virtual
+    clock and its own wait, so nothing sleeps."""
+    wait = wait or (lambda: time.sleep(poll_s))
     status = RLTuningJobStatus()
     launched: dict[str, float] = {}
     timeline: list[tuple[str, float, float]] = []
-    t_start = time.monotonic()
+    t_start = clock()
     seeds: dict[str, int] = {}
     while True:
         observations = {
@@ -78,7 +84,7 @@ def run(
         for tid in dict.fromkeys(d.teardown):
             if tid in launched:
                 backend.cancel(tid)
-                timeline.append((tid, launched.pop(tid), time.monotonic() - t_start))
+                timeline.append((tid, launched.pop(tid), clock() - t_start))
         for t in status.trials:
             if t.state.is_active and t.id not in launched:  # a torn-down trial is never active again
                 seeds[t.id] = seed if t.kind == "baseline" else seed + len(seeds)
@@ -96,8 +102,8 @@ def run(
                         pushgateway_url=spec.metrics.pushgateway_url,
                     ),
                 )
-                launched[t.id] = time.monotonic() - t_start
-        if d.events:
+                launched[t.id] = clock() - t_start
+        if d.events and on_event is not None:
             tuner = restore.make_tuner(spec, status.trials)
             by_id = {t.id: t for t in status.trials}
             for e in d.events:
@@ -105,7 +111,7 @@ def run(
         if status.phase.is_terminal:
             break
         if not d.events:
-            time.sleep(poll_s)
+            wait()
     tuner = restore.make_tuner(spec, status.trials)
     base = next(t for t in status.trials if t.kind == "baseline")
     trials = [restore.to_record(spec, t) for t in status.trials if t.kind != "baseline"]
