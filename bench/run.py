@@ -296,7 +296,7 @@ def run_baseline_search(rn: Runner, base, budget: int, seed: int, method: str, j
         study = optuna.create_study(direction="minimize", sampler=_sampler(method, seed))
     tried = {flat_key(base.config.flat(), space.budget, space.gpn)}
     if method == "tpe-warm":
-        for p in judge_tuner.rank(limit=WARM_K):
+        for p in judge_tuner.proposer.rank(limit=WARM_K):
             study.enqueue_trial(_params(ch, p.config.flat()))
     hist = []
     penalty = (base.objective or 1.0) * 1.5

@@ -82,7 +82,7 @@ def contenders(name: str, spec: RLTuningJobSpec, top: int) -> tuple[Runner, list
     rn, base = measured_baseline(name, spec)
     orc = oracle(name, spec, procs=1)
     out = [("baseline", base.config), ("oracle", RLConfig.model_validate(orc["config"]))]
-    for i, p in enumerate(Tuner(spec, base, []).rank(limit=top)):
+    for i, p in enumerate(Tuner(spec, base, []).proposer.rank(limit=top)):
         out.append((f"plan#{i + 1}", p.config))
     seen, uniq = set(), []
     for label, cfg in out:

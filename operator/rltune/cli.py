@@ -99,7 +99,7 @@ def cmd_plan(args) -> int:
             f"{k} {v:.0f}s" for k, v in base.phases.items() if v > 0.5 and k not in ("waiting", "rollout_idle")
         )
         print(f"baseline forecast: {base.step:.1f} s/step ({ph})")
-    props = tuner.rank(limit=args.top)
+    props = tuner.proposer.rank(limit=args.top)
     rows = []
     for i, p in enumerate(props, 1):
         sp = f"{base_obj / p.predicted_objective:.2f}x" if base_obj else "-"

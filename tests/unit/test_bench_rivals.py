@@ -48,7 +48,7 @@ def test_every_rival_runs_distinct_valid_trials(bench_job, method):
 def test_warm_tpe_starts_from_the_plans_top_configurations(bench_job):
     rn, base = bench_job
     judge = Tuner(rn.spec, base, [])
-    plan = [p.config.key() for p in judge.rank(limit=4)]
+    plan = [p.config.key() for p in judge.proposer.rank(limit=4)]
     hist = run_baseline_search(rn, base, 4, 1, "tpe-warm", judge)["history"]
     assert [r.config.key() for r in hist] == plan
 
@@ -122,7 +122,7 @@ def test_the_baseline_is_profiled_as_long_as_the_confirmation(bench_job):
 
 def _async_pick(rn, base):
     """rltune plan's best one-step-off configuration for the job (the async lever a confirmation judges)."""
-    plan = [p.config for p in Tuner(rn.spec, base, []).rank(limit=12)]
+    plan = [p.config for p in Tuner(rn.spec, base, []).proposer.rank(limit=12)]
     return next(c for c in plan if c.async_.staleness >= 1)
 
 

@@ -18,7 +18,7 @@ def _setup():
     base = baseline_record(spec, summarize(steps(PH, reward=0.50, reward_sd=0.01, seed=1)))
     assert base.state == TrialState.SUCCEEDED
     tuner = Tuner(spec, base, [])
-    from rltune.tuner.core import Proposal
+    from rltune.tuner.values import Proposal
 
     rec = tuner.record_for(
         "t1",
@@ -199,7 +199,7 @@ def test_rejected_fp8_is_never_proposed_again():
     out = tuner.judge(bad, summarize(steps(PH, mismatch=0.2, seed=7)))
     assert out.state == TrialState.REJECTED
     t2 = Tuner(spec, tuner.baseline, [out])
-    for p in t2.propose(6, 32):
+    for p in t2.proposer.propose(6, 32):
         assert not p.config.rollout.fp8
 
 
@@ -216,7 +216,7 @@ def test_bans_survive_a_status_round_trip():
     assert st.gates["mismatch"] is False and st.state == TrialState.REJECTED
     r = restore.to_record(spec, st)
     t2 = Tuner(spec, tuner.baseline, [r])
-    assert t2.bans and all(not p.config.rollout.fp8 for p in t2.propose(6, 32))
+    assert t2.bans and all(not p.config.rollout.fp8 for p in t2.proposer.propose(6, 32))
 
 
 def test_the_confirmation_is_judged_by_non_inferiority():

@@ -57,7 +57,7 @@ def test_a_trial_short_of_memory_on_the_longest_sequence_is_not_deployed_and_fen
     cfg = spec.baseline.with_knobs({"trainer.microBatchTokens": 8192})
     base = baseline_record(spec, summarize(steps(PH)))
     t = Tuner(spec, base, [])
-    p = t.propose(1, 32)[0].model_copy(update={"config": cfg})
+    p = t.proposer.propose(1, 32)[0].model_copy(update={"config": cfg})
     fast = [dataclasses.replace(s, duration=s.duration * 0.6) for s in steps(PH, seed=3)]
     for s in fast:
         s.trainer_memory, s.longest_sequence = 0.97, 14000
@@ -65,21 +65,21 @@ def test_a_trial_short_of_memory_on_the_longest_sequence_is_not_deployed_and_fen
     assert rec.state == TrialState.REJECTED and not rec.gates["memory"].passed
     assert "out of trainer memory" in rec.reason
     after = Tuner(spec, base, [rec])
-    assert after.best_estimate().id == base.id  # faster, but it would not last the run
+    assert after.picker.best_estimate().id == base.id  # faster, but it would not last the run
     assert after.forecaster.memory.sides["trainer"].fails_from < float("inf")  # learned as an OOM
     # the same trial measured on the run's longest sequence fits and counts
     for s in fast:
         s.longest_sequence = 1024 + 20480
     ok = t.judge(t.record_for("t2", p), summarize(fast))
     assert ok.state == TrialState.SUCCEEDED and ok.gates["memory"].passed
-    assert Tuner(spec, base, [ok]).best_estimate().id == ok.id
+    assert Tuner(spec, base, [ok]).picker.best_estimate().id == ok.id
 
 
 def test_without_a_measurement_the_gate_says_it_did_not_check():
     spec = _spec()
     base = baseline_record(spec, summarize(steps(PH)))
     t = Tuner(spec, base, [])
-    p = t.propose(1, 32)[0]
+    p = t.proposer.propose(1, 32)[0]
     rec = t.judge(t.record_for("t1", p), summarize(steps(PH, seed=4)))
     assert rec.gates["memory"].passed and rec.gates["memory"].detail.startswith("not checked")
 

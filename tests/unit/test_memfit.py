@@ -86,7 +86,7 @@ def test_the_search_keeps_the_edge_and_weighs_it_by_its_fit():
     edge = [c for c in cands if c.p_fit < 0.5]
     assert edge, "configurations beyond the physics' memory limits must stay in the search"
     assert all(c.p_fit >= P_FIT_MIN for c in cands)
-    assert any(p.fit_probability < 1.0 for p in t.rank(limit=500))
+    assert any(p.fit_probability < 1.0 for p in t.proposer.rank(limit=500))
 
 
 def _agentic_job(**task_over):
@@ -163,8 +163,8 @@ def test_a_forecast_says_what_it_extrapolates():
     assert "streaming rollout" not in fc3.predict(stream.with_knobs({"rollout.tp": 4})).extrapolation
     # and a proposal carries it
     t = Tuner(spec, baseline_record(spec, summarize(steps(PH))), [])
-    assert all(isinstance(p.extrapolation, str) for p in t.propose(2, 32))
-    assert any(p.extrapolation for p in t.propose(2, 32))
+    assert all(isinstance(p.extrapolation, str) for p in t.proposer.propose(2, 32))
+    assert any(p.extrapolation for p in t.proposer.propose(2, 32))
 
 
 def test_space_is_unchanged_by_fit_probabilities():

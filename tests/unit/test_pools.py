@@ -84,7 +84,7 @@ def test_the_forecaster_carried_to_other_gpus_errs_about_as_its_transfer_sd_says
     stated sd includes the transfer."""
     errs = []
     for name, spec, tuner, hist in tuned:
-        cfgs = [tuner.best().config] + [r.config for r in hist if r.state == TrialState.SUCCEEDED][:3]
+        cfgs = [tuner.picker.best().config] + [r.config for r in hist if r.state == TrialState.SUCCEEDED][:3]
         for gpu_type, gpn in (("B200", 8), ("GB200", 4), ("H200", 8)):
             there = pool_spec(spec, GpuPool(name="p", gpuType=gpu_type, gpusPerNode=gpn, pricePerGpuHour=1.0))
             fc, rn = tuner.forecaster.on_pool(there), Runner(f"{name}-{gpu_type}", there)
@@ -100,7 +100,7 @@ def test_the_forecaster_carried_to_other_gpus_errs_about_as_its_transfer_sd_says
 
 def test_a_cheap_pool_is_worth_a_trial_and_a_dear_one_is_not(tuned):
     name, spec, tuner, _ = tuned[0]
-    inc = tuner.best()
+    inc = tuner.picker.best()
     priced = spec.model_copy(update={"resources": spec.resources.model_copy(update={"price_per_gpu_hour": 6.0})})
     cheap = GpuPool(name="b200-cheap", gpuType="B200", pricePerGpuHour=2.0)
     dear = GpuPool(name="b200-dear", gpuType="B200", pricePerGpuHour=60.0)

@@ -27,13 +27,13 @@ def test_only_valid_configuration_is_found():
     spec = job(searchSpace={"knobs": {"rollout.tp": [3, 5, 8]}, "frozen": frozen})
     base = _base(spec)
     t = Tuner(spec, base, [])
-    props = t.propose(4, 32)
+    props = t.proposer.propose(4, 32)
     assert len(props) == 1 and props[0].config.rollout.tp == 8
     assert props[0].changes == {"rollout.tp": [2, 8]}
     rec = t.judge(t.record_for("t1", props[0]), summarize(steps(dict(PH, generation=300.0))))
     t2 = Tuner(spec, base, [rec])
-    assert t2.propose(4, 32) == []
-    assert t2.done() == (True, "search space exhausted")
+    assert t2.proposer.propose(4, 32) == []
+    assert t2.terminator.done() == (True, "search space exhausted")
 
 
 def test_a_layout_spelled_two_ways_is_tried_once():
@@ -48,14 +48,14 @@ def test_a_layout_spelled_two_ways_is_tried_once():
     assert (1, 1) not in layouts and (1, None) in layouts
     hist = []
     for i in range(4):
-        props = Tuner(spec, base, hist).propose(1, 32)
+        props = Tuner(spec, base, hist).proposer.propose(1, 32)
         if not props:
             break
         rec = t.record_for(f"t{i + 1}", props[0])
         hist.append(t.judge(rec, summarize(steps(dict(PH, training=150.0 - 5 * i), seed=i))))
     keys = [r.config.key() for r in hist]
     assert len(keys) == len(set(keys)) == 2, keys  # TP1 (ETP unset) and TP2 ETP1; the baseline is TP2
-    assert Tuner(spec, base, hist).done() == (True, "search space exhausted")
+    assert Tuner(spec, base, hist).terminator.done() == (True, "search space exhausted")
 
 
 def test_every_configuration_the_search_enumerates_is_in_the_form_rlconfig_keeps():
@@ -85,7 +85,7 @@ def test_failed_configuration_is_never_proposed_twice():
     spec = job()
     base = _base(spec)
     t = Tuner(spec, base, [])
-    p = t.propose(1, 32)[0]
+    p = t.proposer.propose(1, 32)[0]
     failed = t.record_for("t1", p).model_copy(
         update={
             "state": TrialState.FAILED,
@@ -94,11 +94,11 @@ def test_failed_configuration_is_never_proposed_twice():
         }
     )
     t2 = Tuner(spec, base, [failed])
-    keys = {x.config.key() for x in t2.propose(8, 32)}
+    keys = {x.config.key() for x in t2.proposer.propose(8, 32)}
     assert p.config.key() not in keys
     # and nothing at least as memory-hungry as the OOM on the trainer side
     fm = t2.forecaster.raw(p.config.flat()).trainer_mem_frac
-    for x in t2.propose(8, 32):
+    for x in t2.proposer.propose(8, 32):
         assert t2.forecaster.raw(x.config.flat()).trainer_mem_frac < fm
 
 
@@ -106,24 +106,24 @@ def test_respects_gpus_free_and_budget():
     spec = job(searchSpace={"allowFewerGpus": True, "minGpus": 8}, objective="gpuSecondsPerStep")
     t = Tuner(spec, _base(spec), [])
     assert set(t.space.gpus) == {8, 16, 24, 32}
-    props = t.propose(4, 16)
+    props = t.proposer.propose(4, 16)
     assert props and all(p.gpus <= 16 for p in props)
     assert all(p.config.gpus <= 16 for p in props)
     assert sum(p.gpus for p in props) <= 16  # the batch together, not each proposal alone
-    assert t.propose(2, 4) == []  # no configuration fits in 4 GPUs (whole nodes)
+    assert t.proposer.propose(2, 4) == []  # no configuration fits in 4 GPUs (whole nodes)
     full = job()  # every configuration uses the whole budget: one trial at a time
     b = full.resources.gpu_budget
-    assert len(Tuner(full, _base(full), []).propose(3, b)) == 1
+    assert len(Tuner(full, _base(full), []).proposer.propose(3, b)) == 1
 
 
 def test_respects_max_staleness():
     spec = job(constraints={"maxStaleness": 1}, searchSpace={"knobs": {"async.staleness": [0, 1, 2, 4]}})
     t = Tuner(spec, _base(spec), [])
     assert t.space.values["async.staleness"] == [0, 1]
-    for p in t.propose(8, 32) + t.rank(limit=50):
+    for p in t.proposer.propose(8, 32) + t.proposer.rank(limit=50):
         assert p.config.async_.staleness <= 1
     spec0 = job(constraints={"maxStaleness": 0})
-    for p in Tuner(spec0, _base(spec0), []).rank(limit=50):
+    for p in Tuner(spec0, _base(spec0), []).proposer.rank(limit=50):
         assert p.config.async_.staleness == 0 and not p.config.async_.partial_rollout
 
 
@@ -131,7 +131,7 @@ def test_frozen_knobs_and_task_untouched():
     spec = job(searchSpace={"frozen": ["rollout.tp", "placement"]})
     task_before = spec.workload.task.model_dump()
     t = Tuner(spec, _base(spec), [])
-    props = t.propose(6, 32) + t.rank(limit=30)
+    props = t.proposer.propose(6, 32) + t.proposer.rank(limit=30)
     assert props
     for p in props:
         assert p.config.rollout.tp == 2 and p.config.placement == "colocated"
@@ -143,7 +143,7 @@ def test_frozen_knobs_and_task_untouched():
 def test_batch_is_diverse_and_unique():
     spec = job()
     t = Tuner(spec, _base(spec), [])
-    props = t.propose(4, 4 * spec.resources.gpu_budget)  # room for four full-budget trials
+    props = t.proposer.propose(4, 4 * spec.resources.gpu_budget)  # room for four full-budget trials
     assert len(props) == 4
     assert len({p.config.key() for p in props}) == 4
     assert all(p.bottleneck for p in props) and all(p.predicted > 0 and p.std > 0 for p in props)
@@ -253,9 +253,9 @@ def test_a_truncated_search_never_ends_for_it():
     frozen = [k for k in ALL_KNOBS if k != "rollout.tp"]
     spec = job(searchSpace={"knobs": {"rollout.tp": [3, 5, 8]}, "frozen": frozen})
     t = Tuner(spec, _base(spec), [], deadline=Deadline(0.0))
-    assert t.propose(4, 32) == []
-    done, why = t.done()
-    assert not done and why.startswith("search truncated: out of time") and t.truncated
+    assert t.proposer.propose(4, 32) == []
+    done, why = t.terminator.done()
+    assert not done and why.startswith("search truncated: out of time") and t.proposer.truncated
 
 
 # --------------------------------------------------------------------------- one knob, one default

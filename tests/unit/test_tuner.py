@@ -45,9 +45,9 @@ def _loop(spec, truth, n=6):
     hist = []
     for i in range(n):
         t = Tuner(spec, base, hist)
-        if t.done()[0]:
+        if t.terminator.done()[0]:
             break
-        p = t.propose(1, spec.resources.gpu_budget)[0]
+        p = t.proposer.propose(1, spec.resources.gpu_budget)[0]
         rec = t.record_for(f"t{i + 1}", p)
         hist.append(t.judge(rec, summarize(steps(truth(p.config), seed=i))))
     return base, hist
@@ -67,8 +67,8 @@ def test_reconstruction_from_json_gives_the_same_proposals():
     d = json.loads(wire)
     base2 = TrialRecord.model_validate(d["baseline"])
     hist2 = [TrialRecord.model_validate(h) for h in d["history"]]
-    a = Tuner(spec, base, hist).propose(3, 32)
-    b = Tuner(spec, base2, hist2).propose(3, 32)
+    a = Tuner(spec, base, hist).proposer.propose(3, 32)
+    b = Tuner(spec, base2, hist2).proposer.propose(3, 32)
     assert [p.config.key() for p in a] == [p.config.key() for p in b]
     assert base2.summary.rewards == base.summary.rewards
 
@@ -77,7 +77,7 @@ def test_loop_improves_and_reports():
     spec = job()
     base, hist = _loop(spec, _truth, n=6)
     t = Tuner(spec, base, hist)
-    best = t.best()
+    best = t.picker.best()
     assert best is not None and best.objective < base.objective
     assert t.speedup(best) > 1.0
     fe = t.forecast_error()
@@ -91,7 +91,7 @@ def test_forecast_error_counts_only_forecast_and_scored_trials():
     spec = job()
     base, hist = _loop(spec, _truth, n=3)
     t = Tuner(spec, base, hist)
-    p = t.propose(1, 32)[0]
+    p = t.proposer.propose(1, 32)[0]
     failed = t.record_for("x1", p).model_copy(
         update={"state": TrialState.FAILED, "reason": "OOMKilled", "cause": FailureCause.OUT_OF_MEMORY}
     )
@@ -107,7 +107,7 @@ def test_done_when_budget_spent():
     spec = job(budget={"maxTrials": 2, "parallelTrials": 1, "stepsPerTrial": 4})
     base, hist = _loop(spec, _truth, n=5)
     assert len(hist) == 2
-    assert Tuner(spec, base, hist).done() == (True, "trial budget spent (2/2)")
+    assert Tuner(spec, base, hist).terminator.done() == (True, "trial budget spent (2/2)")
 
 
 def test_done_after_too_many_failures():
@@ -118,9 +118,9 @@ def test_done_after_too_many_failures():
         t.record_for(f"t{i}", p).model_copy(
             update={"state": TrialState.FAILED, "reason": "boom", "cause": FailureCause.CRASHED}
         )
-        for i, p in enumerate(t.propose(2, 64))
+        for i, p in enumerate(t.proposer.propose(2, 64))
     ]
-    done, why = Tuner(spec, base, fails).done()
+    done, why = Tuner(spec, base, fails).terminator.done()
     assert done and "failed" in why
 
 
@@ -130,26 +130,26 @@ def test_early_stop_only_when_clearly_losing():
     t = Tuner(spec, base, [])
     slow = steps({k: v * 2.0 for k, v in _truth(spec.baseline).items()}, n=3)
     same = steps(_truth(spec.baseline), n=3, seed=5)
-    assert t.early_stop(slow)
-    assert not t.early_stop(same)
-    assert not t.early_stop(slow[:1])  # warm-up only: nothing measured yet
+    assert t.pruner.early_stop(slow)
+    assert not t.pruner.early_stop(same)
+    assert not t.pruner.early_stop(slow[:1])  # warm-up only: nothing measured yet
 
 
 def test_an_early_stopped_trial_is_not_proposed_again():
     spec = job()
     base = baseline_record(spec, summarize(steps(_truth(spec.baseline))))
-    p = Tuner(spec, base, []).propose(1, 32)[0]
+    p = Tuner(spec, base, []).proposer.propose(1, 32)[0]
     r = TrialRecord(id="t1", config=p.config, state=TrialState.STOPPED, summary=summarize(steps(_truth(p.config))))
     t = Tuner(spec, base, [r])
-    assert p.config.key() not in {x.config.key() for x in t.propose(4, 32)}
+    assert p.config.key() not in {x.config.key() for x in t.proposer.propose(4, 32)}
     assert p.predicted_std == p.std
 
 
 def test_early_stop_threshold_is_the_step_noise():
     # one measured step: stopped only when 2 sd of step noise (NOISE_SD per step) below it is
     # still slower than the incumbent: ~16% slower, not 60%
-    from rltune.tuner.core import EARLY_STOP_Z
     from rltune.tuner.forecast import NOISE_SD
+    from rltune.tuner.pruning import EARLY_STOP_Z
 
     spec = job()
     base = baseline_record(spec, summarize(steps(_truth(spec.baseline), noise=0.0)))
@@ -158,7 +158,7 @@ def test_early_stop_threshold_is_the_step_noise():
     edge = 1.0 / (1.0 - EARLY_STOP_Z * NOISE_SD)
     for f, stop in ((edge * 1.03, True), (edge * 0.97, False), (1.0, False)):
         one = steps({k: v * f for k, v in _truth(spec.baseline).items()}, n=2, noise=0.0)
-        assert t.early_stop(one) is stop, (f, summarize(one).step_time_mean / inc)
+        assert t.pruner.early_stop(one) is stop, (f, summarize(one).step_time_mean / inc)
 
 
 def test_uncertainty_scale_follows_the_forecasters_realized_errors():
@@ -179,8 +179,8 @@ def test_uncertainty_scale_follows_the_forecasters_realized_errors():
     right, wrong = with_error(0.1), with_error(3.0)
     assert right.uncertainty_scale() < 1.0 < wrong.uncertainty_scale()
     # and the search's candidate sd moves with it
-    c_right = right._candidates(exclude=right._excluded)
-    c_wrong = wrong._candidates(exclude=wrong._excluded)
+    c_right = right.proposer.candidates(exclude=right.excluded)
+    c_wrong = wrong.proposer.candidates(exclude=wrong.excluded)
     assert min(c.objective_std for c in c_right) < min(c.objective_std for c in c_wrong)
 
 
@@ -216,10 +216,10 @@ def test_search_stops_when_no_trial_pays_for_itself():
     base, hist = _loop(spec, _truth, n=3)
     short = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 6, "plannedSteps": 1})
     long = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 6, "plannedSteps": 10_000_000})
-    done, why = Tuner(short, base, hist).done()
+    done, why = Tuner(short, base, hist).terminator.done()
     assert done and "no trial pays for itself" in why and "plannedSteps 1" in why
     assert f"+-{Tuner(short, base, hist).measurement_sd():.1%}" in why  # what one trial resolves here
-    assert Tuner(long, base, hist).done() == (False, "searching")
+    assert Tuner(long, base, hist).terminator.done() == (False, "searching")
 
 
 def test_one_straggling_step_moves_the_mean_but_not_the_scored_step_time():
@@ -239,14 +239,14 @@ def test_the_trial_without_a_straggler_step_is_not_picked_over_a_faster_one():
     truth = _truth(spec.baseline)
     base = baseline_record(spec, summarize(steps(truth, n=4, noise=0.0)))
     t = Tuner(spec, base, [])
-    p = t.rank(limit=2)
+    p = t.proposer.rank(limit=2)
     fast = steps({k: v * 0.80 for k, v in truth.items()}, n=4, noise=0.0)
     fast[3].duration *= 1.25  # the faster configuration's trial met a straggler
     slow = steps({k: v * 0.83 for k, v in truth.items()}, n=4, noise=0.0)
     a = t.judge(t.record_for("a", p[0]), summarize(fast))
     b = t.judge(t.record_for("b", p[1]), summarize(slow))
     assert a.summary.step_time_mean > b.summary.step_time_mean  # by the mean, b would win
-    assert Tuner(spec, base, [a, b]).best().id == "a"
+    assert Tuner(spec, base, [a, b]).picker.best().id == "a"
 
 
 def test_a_summary_stored_before_the_median_is_scored_by_its_mean():
@@ -297,9 +297,9 @@ def test_a_trial_is_costed_with_its_warm_up_as_measured():
     assert ts.trial_steps() > t.trial_steps() + 1.0  # the warm-up costs more than one more steady step
     # the steady steps are the same, so the forecasts are; each candidate is worth its objective
     # times the extra warm-up steps less
-    cands = t._candidates(exclude=t._excluded)
+    cands = t.proposer.candidates(exclude=t.excluded)
     objective = np.array([c.objective for c in cands])
-    lost = t.expected_value(cands) - ts.expected_value(cands)
+    lost = t.proposer.expected_value(cands) - ts.proposer.expected_value(cands)
     assert np.allclose(lost, objective * (ts.trial_steps() - t.trial_steps()))
 
 
@@ -307,7 +307,7 @@ def test_a_noisy_trial_is_worth_only_what_it_can_resolve():
     spec = job(budget={"maxTrials": 8, "parallelTrials": 2, "stepsPerTrial": 4, "plannedSteps": 500})
     base, hist = _loop(spec, _truth, n=3)
     t = Tuner(spec, base, hist)
-    cands = t._candidates(exclude=t._excluded)
+    cands = t.proposer.candidates(exclude=t.excluded)
     sd = np.array([c.objective_std for c in cands])
     obj = np.array([c.objective for c in cands])
     # a noiseless trial resolves it all
@@ -327,8 +327,8 @@ def test_a_noisy_trial_is_worth_only_what_it_can_resolve():
     # with the default 7% per step, three steady steps scored by their median: 0.07 * sqrt(pi/2 / 3)
     assert Tuner(spec, baseline_record(spec), []).measurement_sd() == pytest.approx(0.07 * math.sqrt(math.pi / 6))
     # a trial whose noise swamps what it could find is worth less, so the search stops sooner
-    assert np.all(tn.expected_value(cands) <= t.expected_value(cands) + 1e-9)
-    assert np.any(tn.expected_value(cands) < t.expected_value(cands) - 1.0)
+    assert np.all(tn.proposer.expected_value(cands) <= t.proposer.expected_value(cands) + 1e-9)
+    assert np.any(tn.proposer.expected_value(cands) < t.proposer.expected_value(cands) - 1.0)
 
 
 def test_a_lucky_measurement_of_a_slower_layout_is_not_picked_over_a_consistent_one():
@@ -349,10 +349,10 @@ def test_a_lucky_measurement_of_a_slower_layout_is_not_picked_over_a_consistent_
     hist = []
     for i in range(6):
         t = Tuner(spec, base, hist)
-        p = t.propose(1, spec.resources.gpu_budget)[0]
+        p = t.proposer.propose(1, spec.resources.gpu_budget)[0]
         hist.append(t.judge(t.record_for(f"t{i + 1}", p), measure(p.config, i)))
     t = Tuner(spec, base, hist)
-    a = t.best()
+    a = t.picker.best()
     ok = [r for r in hist if r.state == TrialState.SUCCEEDED and r.objective is not None and r is not a]
     b = max(ok, key=lambda r: r.objective)  # the slowest gated trial
     assert b.objective > 1.05 * a.objective
@@ -362,13 +362,13 @@ def test_a_lucky_measurement_of_a_slower_layout_is_not_picked_over_a_consistent_
     )
     assert b2.state == TrialState.SUCCEEDED and b2.objective < a.objective
     t2 = Tuner(spec, base, [b2 if h is b else h for h in hist])
-    assert t2.best().id == b.id  # the measurement alone picks the lucky one
-    est = t2.shrunk_objectives([a, b2])
+    assert t2.picker.best().id == b.id  # the measurement alone picks the lucky one
+    est = t2.picker.shrunk_objectives([a, b2])
     assert b2.objective < est[b.id] < b.objective  # pulled towards what the other trials forecast for it
-    pick = t2.best_estimate()
+    pick = t2.picker.best_estimate()
     assert pick.id != b.id and physics.predict(pick.config).step < physics.predict(b.config).step
     # with nothing else to forecast from, a measurement stands as it is
-    assert Tuner(spec, base, []).shrunk_objectives([base])[base.id] == base.objective
+    assert Tuner(spec, base, []).picker.shrunk_objectives([base])[base.id] == base.objective
 
 
 def test_only_a_passed_streaming_trial_lifts_the_streaming_prior():
@@ -386,7 +386,7 @@ def test_only_a_passed_streaming_trial_lifts_the_streaming_prior():
         return TrialRecord(id="t1", config=cfg, gpus=base.gpus, state=TrialState.SUCCEEDED)
 
     stream = with_async(True, 1).flat()
-    none = Tuner(spec, base, []).p_pass(stream)
-    assert none < Tuner(spec, base, []).p_pass(with_async(False, 1).flat())  # the streaming risk
-    assert Tuner(spec, base, [passed(with_async(True, 0))]).p_pass(stream) == none
-    assert Tuner(spec, base, [passed(with_async(True, 1))]).p_pass(stream) > none
+    none = Tuner(spec, base, []).proposer.p_pass(stream)
+    assert none < Tuner(spec, base, []).proposer.p_pass(with_async(False, 1).flat())  # the streaming risk
+    assert Tuner(spec, base, [passed(with_async(True, 0))]).proposer.p_pass(stream) == none
+    assert Tuner(spec, base, [passed(with_async(True, 1))]).proposer.p_pass(stream) > none

@@ -8,10 +8,11 @@ from typing import Optional
 
 from ..api.models import RLTuningJobSpec
 from ..api.status import TrialState, TrialStatus
-from .core import TrialRecord, Tuner, baseline_record
+from .core import Tuner, baseline_record
 from .gates import GateResult
 from .records import baseline_trial, config_from_diff, gpus_of, unflatten_summary
 from .search import Deadline
+from .values import TrialRecord
 
 
 def to_record(spec: RLTuningJobSpec, t: TrialStatus) -> TrialRecord:

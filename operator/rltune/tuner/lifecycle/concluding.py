@@ -12,9 +12,9 @@ from .context import StepContext
 def conclude(ctx: StepContext, why: str) -> None:
     st = ctx.status
     tuner = ctx.tuner()
-    best, fastest = tuner.best_estimate(), tuner.best()
+    best, fastest = tuner.picker.best_estimate(), tuner.picker.best()
     if best is not None and fastest is not None and best.id != fastest.id:
-        est = tuner.shrunk_objectives([best, fastest])
+        est = tuner.picker.shrunk_objectives([best, fastest])
         ctx.info(
             "WinnersCurse",
             f"picked {best.id} over {fastest.id}, which measured {best.objective / fastest.objective - 1:.1%} "

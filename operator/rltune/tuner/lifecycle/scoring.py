@@ -14,8 +14,8 @@ from .context import StepContext
 from .types import REASON_GRACE_SECONDS, Observation, Refusal
 
 if TYPE_CHECKING:
-    from ..core import TrialRecord
     from ..summary import TrialSummary
+    from ..values import TrialRecord
 
 
 def advance(ctx: StepContext, t: TrialStatus, obs: Observation) -> None:
@@ -127,7 +127,7 @@ def maybe_early_stop(ctx: StepContext, t: TrialStatus, obs: Observation) -> None
     steps = obs.steps
     if not steps or not [s for s in steps if not s.warmup]:
         return
-    if ctx.tuner().early_stop(steps, gpus=t.gpus):
+    if ctx.tuner().pruner.early_stop(steps, gpus=t.gpus):
         from ..summary import summarize
 
         summary = summarize(steps)
