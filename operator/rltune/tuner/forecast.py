@@ -27,7 +27,6 @@ beyond the memory limits any trial has proven.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
@@ -35,7 +34,7 @@ from typing import Iterable, Optional
 import numpy as np
 
 from ..api.models import RLConfig, RLTuningJobSpec
-from . import physics
+from . import physics, task_learning
 from .knobs import BY_PATH, CATALOG, calibrated, feature_names
 from .memfit import P_FIT_MIN, MemoryFit
 from .summary import TrialSummary
@@ -74,9 +73,6 @@ SIDE = {
 MECHANISM_SD = 1.0
 # Rows whose rollout the preemption term slows by more than this (log) do not set the bulk/tail split.
 PREEMPT_SPLIT_MAX = 0.05
-# the measured / physics trainer activations a trial can teach (Forecaster._learn_trainer_memory)
-# stay within this factor either way: beyond it the measurement is more likely wrong than the physics
-ACT_SCALE_MAX = 8.0
 # Besides the knobs, the corrections see quantities derived from several knobs: the rollout and
 # trainer GPU counts (c:gr, c:gt), whether partial rollout streams (c:partial: it needs staleness
 # >= 1) and the GPU count (c:gpus). Their priors per side:
@@ -260,14 +256,14 @@ class Forecaster:
         self.gpn = spec.resources.gpus_per_node
         self.budget = spec.resources.gpu_budget
         self.obs = [(c, s) for c, s in observations if s is not None and not s.failed and s.steps > 0]
-        self.task = measured_task(self.task, self.obs, spec.workload.framework)
+        self.task = task_learning.measured_task(self.task, self.obs, spec.workload.framework)
         self.calibrated = bool(self.obs)
         self.absent: set[str] = set()
         self.additive: dict[str, float] = {}
         self.limits = physics.DEFAULT_LIMITS
         self.learned: dict[str, float] = {}  # task facts the spec left out, learned from measurements
-        self.task = self._learn_tool_latency(spec, self.task)
-        self.task = self._learn_trainer_memory(self.task)
+        self.task = task_learning.tool_latency(self, spec, self.task)
+        self.task = task_learning.trainer_memory(self, self.task)
         # what ran proves it fits: widen the memory limits to every measured configuration
         lim = dict(
             trainer_max=physics.DEFAULT_LIMITS.trainer_max,
@@ -311,74 +307,6 @@ class Forecaster:
     def _feats(self, k: dict) -> dict:
         gpus, gt, gr = physics.split(k, self.budget, self.gpn)
         return features(k, gpus, gt, gr)
-
-    def _learn_tool_latency(self, spec: RLTuningJobSpec, tf: physics.TaskFacts) -> physics.TaskFacts:
-        """An agentic task whose spec gives no toolLatencySeconds: the physics' default is a guess,
-        the first measurement's engine idle time waiting for tools is not. Solve for the latency
-        that makes the physics' tool wait match it (secant; the wait grows monotonically with it)."""
-        task = spec.workload.task
-        if not tf.agentic or task.tool_latency_seconds is not None or not self.obs:
-            return tf
-        cfg, s = self.obs[0]
-        k = cfg.flat()
-        measured = s.phases.get("tool", 0.0)
-        if measured <= 0.0 or tf.tool_s <= 0.0 or physics.streams(k):
-            return tf  # a streaming rollout does not drain: its tool idle says little about the latency
-
-        def tool_at(lat: float) -> tuple[physics.TaskFacts, float]:
-            t2 = dataclasses.replace(tf, tool_s=lat, tool_per_token=tf.tool_per_token * lat / tf.tool_s)
-            bd = physics.breakdown(self.model, t2, self.gpu_type, self.gpn, k, self.budget, physics.DEFAULT_LIMITS)
-            return t2, bd.phases.get("tool", 0.0)
-
-        x0, (_, y0) = tf.tool_s, tool_at(tf.tool_s)
-        if y0 <= 0.0:
-            return tf
-        x1 = max(0.1, x0 * measured / y0)
-        t1, y1 = tool_at(x1)
-        for _ in range(4):
-            if abs(y1 - measured) <= 0.02 * measured or abs(y1 - y0) < 1e-9:
-                break
-            x0, y0, x1 = x1, y1, max(0.1, x1 + (measured - y1) * (x1 - x0) / (y1 - y0))
-            t1, y1 = tool_at(x1)
-        self.learned["toolLatencySeconds"] = round(x1, 2)
-        return t1
-
-    def _learn_trainer_memory(self, tf: physics.TaskFacts) -> physics.TaskFacts:
-        """The trainer's memory as the trials measured it. The physics sizes activations for one
-        micro-batch, but a sequence is never split, so a trial's peak follows the longest sequence
-        it trained (an agentic episode that fills the context every step): size every layout for
-        the longest the trials saw. And the physics' per-token activation and logit coefficients
-        are estimates (docs/benchmark-history.md 'Sizing trainer memory by the longest sequence'): scale
-        them, per recompute mode, by what the trials of that mode measured (their peak less the
-        physics' model state and working reserve), so that a layout is judged by the same measure
-        that ran: the baseline's forecast is its measured peak. A mode no trial ran keeps the
-        physics' coefficients, at the measured length."""
-        seen = max((s.longest_sequence_max for _, s in self.obs), default=0.0)
-        if seen <= 0.0:
-            return tf
-        logs: dict[str, list[float]] = {}
-        for cfg, s in self.obs:
-            if s.trainer_memory_max <= 0.0 or s.longest_sequence_max <= 0.0:
-                continue
-            k = cfg.flat()
-            at = physics.trainer_memory_at(
-                self.model, tf, self.gpu_type, self.gpn, k, self.budget, s.longest_sequence_max
-            )
-            if at is None or at.activations <= 0.0:
-                continue
-            grown = s.trainer_memory_max - (at.total - at.activations)
-            if grown > 0.0:
-                logs.setdefault(k["trainer.recompute"], []).append(math.log(grown / at.activations))
-        scales = tuple(
-            sorted(
-                (mode, round(min(max(math.exp(float(np.mean(v))), 1 / ACT_SCALE_MAX), ACT_SCALE_MAX), 3))
-                for mode, v in logs.items()
-            )
-        )
-        for mode, x in scales:
-            self.learned[f"activationScale.{mode}"] = x
-        self.learned["trainedSequenceTokens"] = round(seen)
-        return dataclasses.replace(tf, train_seq=float(seen), activation_scale=scales)
 
     # ------------------------------------------------------------------ physics
     def raw(self, k: dict) -> physics.Breakdown:
@@ -596,30 +524,6 @@ class Forecaster:
             # (a probability that rounds to 1 still says the fit is not proven)
             new.append(f"memory fit p={p_fit:.2f}" if p_fit < 0.995 else "memory fit p>0.99")
         return ", ".join(new)
-
-
-def measured_task(task, obs, framework: str = "twin") -> physics.TaskFacts:
-    """The task as the first measurement saw it: the mean response length the spec declares is a
-    guess (truncation at the context limit, early stops); the generated tokens per step are not.
-    An agentic episode ends when its prompt, turns and tool observations fill the context: the
-    measured observation tokens per generated token (from trained / generated tokens) say where,
-    so the longest episode, and with it the long tail, is cut there (physics.truncated_at), not at
-    max_response_tokens, and they size the live context that bounds the KV cache's batch. A
-    single-turn task has no such cut: its declared mean was simply off.
-    (The tool wait per generated token stays the declared turn's: truncation drops whole turns.)
-    `framework` carries its offload semantics (physics.offload_swaps)."""
-    tf = physics.job_task_facts(task, framework)
-    mean = obs[0][1].generated_tokens / tf.n_seq if obs else 0.0
-    if not 0.05 * tf.mean_len <= mean <= tf.max_len:
-        return tf
-    s = obs[0][1]
-    if tf.agentic and s.trained_tokens > s.generated_tokens > 0:
-        # an episode's context (trained tokens) = prompt + (1 + rho) x generated: rho observation
-        # tokens per generated token bound the longest episode the context holds
-        rho = max(0.0, (s.trained_tokens / tf.n_seq - tf.prompt) / mean - 1.0)
-        cap = (task.max_prompt_tokens + task.max_response_tokens - tf.prompt) / (1.0 + rho)
-        return dataclasses.replace(physics.truncated_at(tf, mean, cap), obs_per_token=rho)
-    return dataclasses.replace(tf, mean_len=mean)
 
 
 def _oom_side(reason: str) -> str:

@@ -182,7 +182,7 @@ class TaskFacts:
     # what trainer.offload is in the job's framework (offload_swaps): verl swaps the state between
     # phases and steps Adam on the GPU; otherwise DeepSpeed-style CPU Adam every optimizer step
     offload_swap: bool = False
-    # the trainer's memory as the job's trials measured it (Forecaster._learn_trainer_memory): the
+    # the trainer's memory as the job's trials measured it (tuner/task_learning.py trainer_memory): the
     # longest sequence they trained (memory is sized for it: a sequence is never split across
     # micro-batches) and, per recompute mode a trial ran, measured / physics activations and logits
     train_seq: float = 0.0
