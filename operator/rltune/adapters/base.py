@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Callable, Optional, Protocol, Sequence
 
 from ..api.models import RLConfig, RLTuningJobSpec
 
@@ -41,6 +41,35 @@ class KnobRule:
     treatment: Treatment
     keys: tuple[str, ...] = ()  # the framework keys or options it writes (none when refused)
     note: str = ""  # the transformation, or why it is refused
+
+
+@dataclass(frozen=True)
+class KeyMap:
+    """One canonical knob as one framework key, declared once: an adapter's rule, its read of a
+    command and its write of a configuration all derive from it. `to_key` / `from_key` convert the
+    knob's value to the key's and back (None: the value as it is, Treatment.MAPPED; otherwise
+    Treatment.TRANSFORMED, with `note` saying how)."""
+
+    knob: str  # canonical path, e.g. "rollout.maxNumSeqs"
+    key: str  # the framework's key, e.g. "actor_rollout_ref.rollout.max_num_seqs"
+    note: str = ""
+    to_key: Optional[Callable[[Any], Any]] = None
+    from_key: Optional[Callable[[Any], Any]] = None
+
+    @property
+    def rule(self) -> KnobRule:
+        plain = self.to_key is None and self.from_key is None
+        return KnobRule(self.knob, Treatment.MAPPED if plain else Treatment.TRANSFORMED, (self.key,), self.note)
+
+    def read(self, get: Callable[[str], Any]) -> Any:
+        """The knob's value from a command's `get(key)`."""
+        v = get(self.key)
+        return v if self.from_key is None else self.from_key(v)
+
+    def value(self, knobs: dict[str, Any]) -> Any:
+        """The key's value for a configuration's flat knobs (RLConfig.flat())."""
+        v = knobs[self.knob]
+        return v if self.to_key is None else self.to_key(v)
 
 
 @dataclass(frozen=True)

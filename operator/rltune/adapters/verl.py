@@ -61,7 +61,7 @@ import math
 from typing import Any, Optional, Sequence
 
 from ..api.models import RLConfig, RLTuningJobSpec
-from .base import FrameworkCommand, KnobRule, Treatment
+from .base import FrameworkCommand, KeyMap, KnobRule, Treatment
 
 HYBRID, SEPARATE, ONE_STEP, FULLY_ASYNC = "hybrid-engine", "separate-rollout", "one-step-off", "fully-async"
 MODULES = {
@@ -132,6 +132,36 @@ DEFAULTS: dict[str, Any] = {
     "data.max_prompt_length": 512,
     "data.max_response_length": 512,
 }
+# The knobs that are one verl key each, declared once: `rules`, `read` and `_writes` derive from
+# these (in this order, which is the order a rendered command writes them).
+_FOLLOWS = "ref.megatron.* follows by interpolation"
+MEGATRON_PARALLEL = (
+    KeyMap("trainer.tp", MEG + "tensor_model_parallel_size", _FOLLOWS),
+    KeyMap("trainer.pp", MEG + "pipeline_model_parallel_size", _FOLLOWS),
+    KeyMap("trainer.cp", MEG + "context_parallel_size", _FOLLOWS),
+    KeyMap("trainer.ep", MEG + "expert_model_parallel_size", _FOLLOWS),
+    KeyMap(
+        "trainer.etp",
+        MEG + "expert_tensor_parallel_size",
+        "unset -> null (Megatron-core then uses tensor_model_parallel_size); " + _FOLLOWS,
+    ),
+)
+ROLLOUT_TP = KeyMap("rollout.tp", R + "tensor_model_parallel_size")
+ROLLOUT_ENGINE = (  # after rollout.expertParallel, which depends on the data-parallel size too
+    KeyMap("rollout.gpuMemoryUtilization", R + "gpu_memory_utilization"),
+    KeyMap("rollout.maxNumSeqs", R + "max_num_seqs"),
+    KeyMap("rollout.maxNumBatchedTokens", R + "max_num_batched_tokens"),
+    KeyMap(
+        "rollout.cudaGraphs", R + "enforce_eager", "enforce_eager = not cudaGraphs", lambda v: not v, lambda v: not v
+    ),
+    KeyMap(
+        "rollout.fp8",
+        R + "quantization",
+        "true -> fp8, false -> null",
+        lambda v: "fp8" if v else None,
+        lambda v: v == "fp8",
+    ),
+)
 # canonical weightSync -> checkpoint_engine.backend for a separate rollout pool
 # (verl/checkpoint_engine/*: registered backends naive, nccl, nixl, hccl, mooncake,
 # kimi_ckpt_engine, delta_sharded; kimi_ckpt_engine is MoonshotAI's checkpoint-engine)
@@ -334,7 +364,7 @@ class Verl:
         return "fsdp2" if strategy == "fsdp2" else "fsdp"
 
     def rules(self, backend: str) -> dict[str, KnobRule]:
-        M, T, X = Treatment.MAPPED, Treatment.TRANSFORMED, Treatment.REFUSED
+        T, X = Treatment.TRANSFORMED, Treatment.REFUSED
         out: dict[str, KnobRule] = {}
 
         def rule(knob: str, treatment: Treatment, keys: tuple[str, ...] = (), note: str = "") -> None:
@@ -358,17 +388,7 @@ class Verl:
             "disk has no backend",
         )
         if backend == "megatron":
-            rule("trainer.tp", M, (MEG + "tensor_model_parallel_size",), "ref.megatron.* follows by interpolation")
-            rule("trainer.pp", M, (MEG + "pipeline_model_parallel_size",), "ref.megatron.* follows by interpolation")
-            rule("trainer.cp", M, (MEG + "context_parallel_size",), "ref.megatron.* follows by interpolation")
-            rule("trainer.ep", M, (MEG + "expert_model_parallel_size",), "ref.megatron.* follows by interpolation")
-            rule(
-                "trainer.etp",
-                M,
-                (MEG + "expert_tensor_parallel_size",),
-                "unset -> null (Megatron-core then uses tensor_model_parallel_size); ref.megatron.* follows by "
-                "interpolation",
-            )
+            out.update({m.knob: m.rule for m in MEGATRON_PARALLEL})
             rule(
                 "trainer.recompute",
                 T,
@@ -424,18 +444,14 @@ class Verl:
             (A + "ppo_max_token_len_per_gpu", A + "use_dynamic_bsz"),
             "dynamic batch size on; ref/rollout log-prob budgets follow by interpolation",
         )
-        rule("rollout.tp", M, (R + "tensor_model_parallel_size",))
+        out[ROLLOUT_TP.knob] = ROLLOUT_TP.rule
         rule(
             "rollout.expertParallel",
             T,
             (R + "expert_parallel_size",),
             "true -> tensor_model_parallel_size * data_parallel_size (RolloutConfig asserts equality), false -> 1",
         )
-        rule("rollout.gpuMemoryUtilization", M, (R + "gpu_memory_utilization",))
-        rule("rollout.maxNumSeqs", M, (R + "max_num_seqs",))
-        rule("rollout.maxNumBatchedTokens", M, (R + "max_num_batched_tokens",))
-        rule("rollout.cudaGraphs", T, (R + "enforce_eager",), "enforce_eager = not cudaGraphs")
-        rule("rollout.fp8", T, (R + "quantization",), "true -> fp8, false -> null")
+        out.update({m.knob: m.rule for m in ROLLOUT_ENGINE})
         rule(
             "async.staleness",
             T,
@@ -470,11 +486,7 @@ class Verl:
         mode = c.mode
         out: dict[str, Any] = {}
         if backend == "megatron":
-            out["trainer.tp"] = c.get(MEG + "tensor_model_parallel_size")
-            out["trainer.pp"] = c.get(MEG + "pipeline_model_parallel_size")
-            out["trainer.cp"] = c.get(MEG + "context_parallel_size")
-            out["trainer.ep"] = c.get(MEG + "expert_model_parallel_size")
-            out["trainer.etp"] = c.get(MEG + "expert_tensor_parallel_size")
+            out.update({m.knob: m.read(c.get) for m in MEGATRON_PARALLEL})
             g = c.get(OTC + "recompute_granularity")
             out["trainer.recompute"] = g if g in ("selective", "full") else "none"
             out["trainer.offload"] = bool(c.get(MEG + "param_offload") or c.get(MEG + "optimizer_offload"))
@@ -486,13 +498,9 @@ class Verl:
             out["trainer.recompute"] = "full" if gc else "none"
             out["trainer.offload"] = bool(c.get(FSDP + "param_offload") or c.get(FSDP + "optimizer_offload"))
         out["trainer.microBatchTokens"] = c.get(A + "ppo_max_token_len_per_gpu")
-        out["rollout.tp"] = c.get(R + "tensor_model_parallel_size")
+        out[ROLLOUT_TP.knob] = ROLLOUT_TP.read(c.get)
         out["rollout.expertParallel"] = c.get(R + "expert_parallel_size") > 1
-        out["rollout.gpuMemoryUtilization"] = c.get(R + "gpu_memory_utilization")
-        out["rollout.maxNumSeqs"] = c.get(R + "max_num_seqs")
-        out["rollout.maxNumBatchedTokens"] = c.get(R + "max_num_batched_tokens")
-        out["rollout.cudaGraphs"] = not c.get(R + "enforce_eager")
-        out["rollout.fp8"] = c.get(R + "quantization") == "fp8"
+        out.update({m.knob: m.read(c.get) for m in ROLLOUT_ENGINE})
         backend_key = c.get(R + "checkpoint_engine.backend", "nccl" if mode != HYBRID else "naive")
         if backend_key in BACKEND_SYNC:
             out["weightSync"] = BACKEND_SYNC[backend_key]
@@ -820,26 +828,18 @@ class Verl:
     def _writes(self, spec: RLTuningJobSpec, config: RLConfig, c: _Cmd, backend: str, mode: str) -> dict[str, Any]:
         """Every key the configuration writes (ordered), user values of the same keys are dropped."""
         t, r, a = config.trainer, config.rollout, config.async_
+        knobs = config.flat()
         base = self.read(c.argv)
         w: dict[str, Any] = {}
         same_mode_family = mode == c.mode or {mode, c.mode} <= {SEPARATE, FULLY_ASYNC}
         # ---- trainer
         if backend == "megatron":
-            w[MEG + "tensor_model_parallel_size"] = t.tp
-            w[MEG + "pipeline_model_parallel_size"] = t.pp
-            w[MEG + "context_parallel_size"] = t.cp
-            w[MEG + "expert_model_parallel_size"] = t.ep
-            w[MEG + "expert_tensor_parallel_size"] = t.etp
+            w.update({m.key: m.value(knobs) for m in MEGATRON_PARALLEL})
             # keep explicit ref counterparts in agreement (they interpolate the actor's by default)
-            for k in (
-                "tensor_model_parallel_size",
-                "pipeline_model_parallel_size",
-                "context_parallel_size",
-                "expert_model_parallel_size",
-                "expert_tensor_parallel_size",
-            ):
-                if c.sets(REF + "megatron." + k):
-                    w[REF + "megatron." + k] = w[MEG + k]
+            for m in MEGATRON_PARALLEL:
+                ref_key = REF + "megatron." + m.key[len(MEG) :]
+                if c.sets(ref_key):
+                    w[ref_key] = w[m.key]
             w[OTC + "recompute_granularity"] = None if t.recompute == "none" else t.recompute
             w[OTC + "recompute_method"] = "uniform" if t.recompute == "full" else None
             w[OTC + "recompute_num_layers"] = 1 if t.recompute == "full" else None
@@ -862,13 +862,9 @@ class Verl:
             if c.sets(k):  # the engine asserts these agree with actor.use_dynamic_bsz
                 w[k] = True
         # ---- rollout
-        w[R + "tensor_model_parallel_size"] = r.tp
+        w[ROLLOUT_TP.key] = ROLLOUT_TP.value(knobs)
         w[R + "expert_parallel_size"] = r.tp * c.get(R + "data_parallel_size") if r.expert_parallel else 1
-        w[R + "gpu_memory_utilization"] = r.gpu_memory_utilization
-        w[R + "max_num_seqs"] = r.max_num_seqs
-        w[R + "max_num_batched_tokens"] = r.max_num_batched_tokens
-        w[R + "enforce_eager"] = not r.cuda_graphs
-        w[R + "quantization"] = "fp8" if r.fp8 else None
+        w.update({m.key: m.value(knobs) for m in ROLLOUT_ENGINE})
         # ---- placement, pools, weight sync
         per_node = spec.resources.gpus_per_node
         lay = spec.layout(config)
