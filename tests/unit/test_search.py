@@ -261,16 +261,19 @@ def test_a_truncated_search_never_ends_for_it():
 # --------------------------------------------------------------------------- one knob, one default
 
 
-def test_every_catalog_default_is_the_models_default():
-    """A knob's default is written in api/models.py (RLConfig's fields) and in tuner/knobs.py
-    (Knob.default, what the search assumes a job left out): the two must not drift apart."""
+def test_the_catalog_covers_the_models_knobs_with_their_types():
+    """A knob's default is declared once, on RLConfig (api/models.py); the catalog reads it from there
+    (Knob.default). The catalog must cover every knob the model has, and each model default must be
+    of the catalog's declared type (an "int" knob defaulting to a string would mislead the search)."""
     from rltune.api.models import RLConfig
 
     defaults = RLConfig().flat()
-    differ = {
-        k.path: (k.default, defaults.get(k.path))
+    assert {k.path for k in CATALOG if not k.path.startswith("cpu.")} == set(defaults) - {"gpus", "cpu"}
+    kinds = {"int": (int,), "float": (float, int), "bool": (bool,), "enum": (str,)}
+    wrong = {
+        k.path: (k.type, k.default)
         for k in CATALOG
-        if k.path in defaults and k.default != defaults[k.path]
+        if k.default is not None
+        and (not isinstance(k.default, kinds[k.type]) or (k.type == "int" and isinstance(k.default, bool)))
     }
-    assert differ == {}
-    assert {k.path for k in CATALOG if not k.path.startswith("cpu.")} <= set(defaults)
+    assert wrong == {}

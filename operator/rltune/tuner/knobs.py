@@ -21,8 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
 from ..api.hardware import gpu as gpu_spec
-from ..api.models import ModelArch, RLTuningJobSpec
+from ..api.models import CpuKnobs, ModelArch, RLConfig, RLTuningJobSpec
 from .physics import model_state_bytes
+
+# every knob's default, from the model that declares it (RLConfig; the real-mode CPU split's CpuKnobs)
+DEFAULTS: dict[str, Any] = RLConfig().flat() | {f"cpu.{k}": v for k, v in CpuKnobs().model_dump(by_alias=True).items()}
 
 # placement: where the halves run (placement, trainer split); sync: how weights move; trainer and
 # rollout: the two halves; async: what may overlap; cpu: the real-mode CPU split.
@@ -37,7 +40,6 @@ class Knob:
     path: str
     group: Group
     type: str  # int | float | bool | enum
-    default: Any
     values: Callable[[RLTuningJobSpec, ModelArch], list]  # default candidate values for a job
     rule: str  # validity rule, human-readable
     trades: str  # what moving it trades
@@ -49,6 +51,12 @@ class Knob:
     # side -> log-space prior sd of this knob's correction to the physics of that side; the sides
     # a knob has a prior for are the ones whose calibration sees it
     prior_sd: Mapping[Side, float] = field(default_factory=dict)
+
+    @property
+    def default(self) -> Any:
+        """The value a job that leaves the knob out runs with: RLConfig's own default (api/models.py
+        declares it once, with its type and bounds)."""
+        return DEFAULTS[self.path]
 
 
 def _log2(v) -> float:
@@ -136,7 +144,6 @@ CATALOG: list[Knob] = [
         "placement",
         "placement",
         "enum",
-        "colocated",
         lambda s, m: ["colocated", "disaggregated"],
         "disaggregated needs at least one node per side",
         "colocated time-shares every GPU between rollout and trainer (no idle GPUs, no overlap); "
@@ -150,7 +157,6 @@ CATALOG: list[Knob] = [
         "trainerGpus",
         "placement",
         "int",
-        None,
         lambda s, m: [],  # derived from gpus by search (fractions of the pool)
         "disaggregated only; whole nodes; 1/4..3/4 of the configuration's GPUs",
         "more trainer GPUs shorten training but leave fewer rollout replicas",
@@ -159,7 +165,6 @@ CATALOG: list[Knob] = [
         "weightSync",
         "sync",
         "enum",
-        "nccl",
         lambda s, m: ["nccl", "checkpoint-engine"],
         "none",
         "checkpoint-engine streams weights in buckets over every NIC; disk is slow but simple",
@@ -170,7 +175,6 @@ CATALOG: list[Knob] = [
         "trainer.tp",
         "trainer",
         "int",
-        1,
         _tp,
         "divides heads; <= GPUs per node; tp*pp*cp divides the trainer GPUs",
         "shards weights and activations (memory) at the price of all-reduce traffic",
@@ -182,7 +186,6 @@ CATALOG: list[Knob] = [
         "trainer.pp",
         "trainer",
         "int",
-        1,
         _trainer_pp,
         "<= layers/4; tp*pp*cp divides the trainer GPUs",
         "shards layers (memory) at the price of the pipeline bubble (PP-1)/(m+PP-1)",
@@ -194,7 +197,6 @@ CATALOG: list[Knob] = [
         "trainer.cp",
         "trainer",
         "int",
-        1,
         lambda s, m: [1],
         "divides the trainer GPUs with tp*pp",
         "splits long sequences (activation memory) at the price of ring attention traffic",
@@ -206,7 +208,6 @@ CATALOG: list[Knob] = [
         "trainer.ep",
         "trainer",
         "int",
-        1,
         _trainer_ep,
         "MoE only; divides the routed experts; <= trainer GPUs / (pp*cp)",
         "shards experts (memory, fewer expert weights per GPU) at the price of all-to-all traffic",
@@ -219,7 +220,6 @@ CATALOG: list[Knob] = [
         "trainer.etp",
         "trainer",
         "int",
-        None,
         lambda s, m: [None, 1] if m.is_moe else [None],
         "MoE only; unset = trainer.tp; divides the expert width; ep*etp divides the trainer GPUs / pp",
         "1 keeps each expert whole on a GPU (wider expert GEMMs, the all-to-all inside ep GPUs instead of "
@@ -233,7 +233,6 @@ CATALOG: list[Knob] = [
         "trainer.microBatchTokens",
         "trainer",
         "int",
-        16384,
         lambda s, m: [8192, 16384, 32768],
         "verl: >= max prompt + response / cp (its adapter checks); elsewhere a longer sequence forms its own "
         "micro-batch, so activation memory follows the longest sequence and must fit",
@@ -245,7 +244,6 @@ CATALOG: list[Knob] = [
         "trainer.recompute",
         "trainer",
         "enum",
-        "selective",
         lambda s, m: ["none", "selective", "full"],
         "activation memory must fit",
         "full recompute adds ~1/3 forward compute but frees almost all activation memory",
@@ -256,7 +254,6 @@ CATALOG: list[Knob] = [
         "trainer.offload",
         "trainer",
         "bool",
-        False,
         lambda s, m: [False, True],
         "none",
         "OpenRLHF (DeepSpeed CPU Adam): offloading optimizer state frees GPU memory but slows every "
@@ -269,7 +266,6 @@ CATALOG: list[Knob] = [
         "rollout.tp",
         "rollout",
         "int",
-        1,
         _rollout_tp,
         "divides heads; <= GPUs per node or whole nodes (a replica spanning nodes); divides the rollout GPUs; "
         "weights/tp must fit in the memory share",
@@ -283,7 +279,6 @@ CATALOG: list[Knob] = [
         "rollout.expertParallel",
         "rollout",
         "bool",
-        False,
         lambda s, m: [False, True],
         "MoE only",
         "expert parallel replaces TP all-reduce of expert layers by all-to-all",
@@ -296,7 +291,6 @@ CATALOG: list[Knob] = [
         "rollout.gpuMemoryUtilization",
         "rollout",
         "float",
-        0.5,
         lambda s, m: [0.5, 0.6, 0.7, 0.8, 0.9],
         "weights/tp + activation peak must fit under it; colocated: the trainer must fit in the rest while it sleeps",
         "more KV cache (more concurrent sequences, fewer preemptions) against memory for everything else",
@@ -307,7 +301,6 @@ CATALOG: list[Knob] = [
         "rollout.maxNumSeqs",
         "rollout",
         "int",
-        256,
         lambda s, m: [128, 256, 512, 1024],
         "none",
         "more concurrent sequences raise decode throughput until KV capacity runs out (preemption)",
@@ -318,7 +311,6 @@ CATALOG: list[Knob] = [
         "rollout.maxNumBatchedTokens",
         "rollout",
         "int",
-        8192,
         lambda s, m: [8192, 16384],
         "none",
         "bigger chunked-prefill budget speeds prefill, costs activation memory and decode latency",
@@ -329,7 +321,6 @@ CATALOG: list[Knob] = [
         "rollout.cudaGraphs",
         "rollout",
         "bool",
-        True,
         lambda s, m: [True],
         "none",
         "CUDA graphs remove decode launch overhead at the price of some memory",
@@ -340,7 +331,6 @@ CATALOG: list[Knob] = [
         "rollout.fp8",
         "rollout",
         "bool",
-        False,
         lambda s, m: [False, True],
         "none",
         "FP8 rollout weights halve weight reads (faster decode) but raise the log-prob mismatch",
@@ -351,7 +341,6 @@ CATALOG: list[Knob] = [
         "async.staleness",
         "async",
         "int",
-        0,
         lambda s, m: list(range(0, s.constraints.max_staleness + 1)),
         "<= constraints.maxStaleness",
         "lets rollout overlap training (and the long tail) at the price of off-policy samples",
@@ -364,7 +353,6 @@ CATALOG: list[Knob] = [
         "async.partialRollout",
         "async",
         "bool",
-        False,
         lambda s, m: [False, True],
         "needs staleness >= 1",
         "cuts the long tail by resuming long generations under the next policy",
@@ -377,7 +365,6 @@ CATALOG: list[Knob] = [
         "async.staleFraction",
         "async",
         "float",
-        None,
         lambda s, m: [],
         "0..1; only where the framework expresses it (verl fully-async); staleness >= 1",
         "lets up to this share of a batch come from older policies: more overlap, more off-policy samples",
@@ -389,7 +376,6 @@ CATALOG: list[Knob] = [
         "cpu.rolloutThreads",
         "cpu",
         "int",
-        None,
         lambda s, m: [],
         "real mode (gpuType CPU) only; listed values only",
         "more threads speed vLLM's decode, leave fewer cores to the trainer when they overlap",
@@ -398,7 +384,6 @@ CATALOG: list[Knob] = [
         "cpu.trainerThreads",
         "cpu",
         "int",
-        None,
         lambda s, m: [],
         "real mode (gpuType CPU) only; listed values only",
         "more threads speed the torch update, leave fewer cores to the rollout when they overlap",
