@@ -59,7 +59,7 @@ bench-first-forecast:
 # the quality gates' catch rate on injected regressions and false alarms on healthy twin trials
 # (~1 min; out/bench-gates.json; docs/tuner.md)
 bench-gates:
-	$(PY) -m bench.gates
+	$(PY) -m bench.gate_rates
 
 # the twin on published RL step times (bench/data/published_steps.yaml): shipped factors, in-sample / held-out
 # fit and leave-one-source-out folds (~20 s with the compiled twin loop, 2 cores; out/bench-published.{md,json},

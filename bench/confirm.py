@@ -1,5 +1,5 @@
 """A winner's confirmation run in the benchmarks, on the twin's quality path (bench.run's
-Runner.confirms, bench.gates): the baseline's summary as the status keeps it, the lifecycle's looks
+JobTrials.confirms, bench.gate_rates): the baseline's summary as the status keeps it, the lifecycle's looks
 judged by the quality gates, and trials of one configuration built from the twin's quality model.
 
 Twin trials through the quality path: simulate_trial costs 0.3-0.8 s per trial on these jobs (the
@@ -9,7 +9,7 @@ simulation only supplies the lag (0 on every benchmark baseline: colocated, sync
 step times (irrelevant to the gates). So trials are built from the noiseless steps of the plan plus
 `_quality` with the same per-step generator simulate_trial seeds (np.random.default_rng([seed,
 step])); the noise draws differ from simulate_trial's (whose generator first feeds the rollout)
-but have the same distribution. bench.gates' `--check` (on by default) verifies the path: for every job the
+but have the same distribution. bench.gate_rates' `--check` (on by default) verifies the path: for every job the
 noiseless records equal simulate_trial(noise=False) exactly.
 """
 

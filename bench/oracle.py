@@ -4,7 +4,7 @@ exhaustive noiseless search over them (the oracle), cached in .state/bench/oracl
 (git-ignored) by TWIN_VERSION, the twin's source hash, the job's name and its spec: an absent or
 stale entry is recomputed, so the first `make bench` on a fresh checkout or after a twin change
 rebuilds them (the 18 oracles of its two sets: 49 s on 2 cores, 2026-12-07). Shared by bench.run,
-bench.jobs (the generated jobs' draws), bench.confirm (and through it bench.gates), bench.yardstick,
+bench.jobs (the generated jobs' draws), bench.confirm (and through it bench.gate_rates), bench.yardstick,
 bench.rejudge, bench.priors and bench.first_forecast.
 """
 

@@ -7,7 +7,7 @@ seed from scenario families the eight do not cover; changes are chosen on both. 
 fresh`, is a confirmation draw from the generated families that no choice has looked at (reported,
 never chosen on; not part of `both`). For each job, side by side:
 - the yardstick: every configuration is judged by the mean of EXPECT_SAMPLES noisy steady twin
-  steps with common random numbers (Runner.true), what a production run averages;
+  steps with common random numbers (JobTrials.true), what a production run averages;
 - baseline: the job's starting configuration on the yardstick;
 - oracle: exhaustive search of the same space on the twin's noiseless simulate_step_time (bench/oracle.py;
   cached in .state/bench/oracle_cache.json, keyed by TWIN_VERSION and the job's spec), whose SHORTLIST best are
@@ -65,14 +65,14 @@ from rltune.tuner.records import failure_cause, objective_of
 from rltune.tuner.search import Space, flat_key
 
 STEPS, WARMUP = 4, 1
-CONFIRM_SEED = 600_000  # the winner's confirmation draws (Runner.confirm_seed)
+CONFIRM_SEED = 600_000  # the winner's confirmation draws (JobTrials.confirm_seed)
 BASELINE_SEED = 7  # the baseline's draw: every method and seed starts from the same measured baseline
 
 
 # ------------------------------------------------------------------------------------ trials
 
 
-class Runner:
+class JobTrials:
     """Runs (and memoises) noisy in-process trials of one job and scores them like the operator."""
 
     def __init__(self, name: str, spec: RLTuningJobSpec):
@@ -83,7 +83,7 @@ class Runner:
         self.truth: dict = {}
         self.configs: dict = {}
         self.known: dict = {}  # yardstick values a previous run of the same twin stored (bench_job's keep)
-        self.confirmed: dict = {}  # (configuration, seed) -> Confirmation (Runner.confirms)
+        self.confirmed: dict = {}  # (configuration, seed) -> Confirmation (JobTrials.confirms)
         self.quality: dict = {}  # configuration -> its confirmation's QualityTrials
         self.base = None  # the measured, judged baseline (measured_baseline sets it)
         self.stored_base = None  # its summary as the status keeps it, what confirmations are judged against
@@ -160,12 +160,12 @@ class Runner:
         return self.truth[k][0], self.configs[k]
 
 
-def run_rltune(rn: Runner, base, budget: int, seed: int) -> dict:
+def run_rltune(rn: JobTrials, base, budget: int, seed: int) -> dict:
     """rltune tuning the job with budget.maxTrials=`budget`, as the operator tunes it: the product's
     own loop (tuner.loop.run, the lifecycle's phases, parallel trials, early stops, the winner's
     confirmation and the stop rule) over the in-process twin backend on a virtual clock. Its trials
     draw the noise the old harness gave them (TwinBackend's seed_of: the baseline the fixed draw
-    every method starts from, trial tN seed*1000+N, confirmation runs Runner.confirm_seed)."""
+    every method starts from, trial tN seed*1000+N, confirmation runs JobTrials.confirm_seed)."""
     spec = rn.spec.model_copy(deep=True)
     spec.budget.max_trials = budget
     confirms: list[str] = []
@@ -276,7 +276,7 @@ def fits_memory(spec: RLTuningJobSpec, k: dict) -> bool:
     return bd.feasible
 
 
-def run_baseline_search(rn: Runner, base, budget: int, seed: int, method: str, judge_tuner: Tuner) -> dict:
+def run_baseline_search(rn: JobTrials, base, budget: int, seed: int, method: str, judge_tuner: Tuner) -> dict:
     """A rival over the same space, validity rules known (docs/benchmark.md "Rivals"):
     tpe: Optuna TPE, cold (4 random start-up trials); invalid proposals are told as failed asks.
     tpe-warm: the same TPE, its first trials enqueued from `rltune plan`'s top WARM_K.
@@ -386,10 +386,10 @@ def matched_trials(hist: list, target_gpu_h: float) -> int:
     return min(range(len(hist) + 1), key=lambda k: (abs(spent(hist, k) - target_gpu_h), k))
 
 
-def best_after(rn: Runner, base, hist, k: int, pick=None) -> tuple[float, float, float]:
+def best_after(rn: JobTrials, base, hist, k: int, pick=None) -> tuple[float, float, float]:
     """(objective, trial GPU-hours, GPU-seconds per step) of a method's pick after its first k
     trials (`pick`: the record it deploys, pick_after's by default), objective and GPU-seconds on
-    the yardstick (Runner.true)."""
+    the yardstick (JobTrials.true)."""
     gpu_h = spent(hist, k)
     pick = pick_after(base, hist, k) if pick is None else pick
     t = rn.true(pick.config)
@@ -425,9 +425,9 @@ class Deployed:
     first_failed: bool  # the method's first pick did not confirm
 
 
-def deploy(rn: Runner, method: str, base, hist: list, k: int, seed: int) -> Deployed:
+def deploy(rn: JobTrials, method: str, base, hist: list, k: int, seed: int) -> Deployed:
     """A rival's end, as a user of the rival would end it: its pick after k trials (its best
-    measured trial) is re-run as the winner's confirmation (Runner.confirms); a pick that does not
+    measured trial) is re-run as the winner's confirmation (JobTrials.confirms); a pick that does not
     confirm is rejected and the next best measured trial is picked, until one confirms or nothing
     left beats the baseline. (rltune's own end is its lifecycle's: run_rltune.)"""
     rejected: set = set()
@@ -463,10 +463,10 @@ def tuning_cost(trial_gpu_h: float, base_gpu_s: float, pick_gpu_s: float) -> dic
     }
 
 
-def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["Runner", object]:
+def measured_baseline(name: str, spec: RLTuningJobSpec) -> tuple["JobTrials", object]:
     """The job's trial runner and its baseline, measured once (fixed seed) and judged: every method
     and every seed starts from the same measured baseline, as a tuning run on a cluster would."""
-    rn = Runner(name, spec)
+    rn = JobTrials(name, spec)
     b0 = baseline_record(spec)
     s, err = rn.run(b0.config, "baseline", BASELINE_SEED, max(STEPS, records.baseline_steps(spec)))
     if s is None:
@@ -491,7 +491,7 @@ class SeedOutcome:
     matched: Optional[tuple[float, int]] = None  # a rival at rltune's trial GPU-hours: (objective, trials)
 
 
-def _rltune_seed(rn: Runner, base, budgets: list[int], seed: int, k8: int, base_gpu_s: float) -> SeedOutcome:
+def _rltune_seed(rn: JobTrials, base, budgets: list[int], seed: int, k8: int, base_gpu_s: float) -> SeedOutcome:
     """rltune on one seed: one tuning run of the product's loop per budget (budget.maxTrials=k),
     each deploying what its lifecycle concluded (a confirmed winner, or the baseline)."""
     runs = {k: run_rltune(rn, base, k, seed) for k in budgets}
@@ -515,7 +515,7 @@ def _rltune_seed(rn: Runner, base, budgets: list[int], seed: int, k8: int, base_
 
 
 def _rival_seed(
-    rn: Runner, method: str, base, budgets: list[int], seed: int, k8: int, base_gpu_s: float, judge_tuner, target
+    rn: JobTrials, method: str, base, budgets: list[int], seed: int, k8: int, base_gpu_s: float, judge_tuner, target
 ) -> SeedOutcome:
     """A rival on one seed: one search of max(budgets) trials, deployed after its first k (`deploy`);
     `target` (rltune's trial GPU-hours per seed) adds its pick at equal cost."""

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Optional
 
 from bench.oracle import expected_steps, oracle
-from bench.run import Runner, measured_baseline, select_jobs
+from bench.run import JobTrials, measured_baseline, select_jobs
 from rltune.api.models import RLConfig, RLTuningJobSpec
 from rltune.tuner import Tuner
 from rltune.tuner.search import flat_key
@@ -77,7 +77,7 @@ class JobYardstick:
         return a.noisy_mean - b.noisy_mean > 2.0 * math.hypot(a.noisy_se, b.noisy_se)
 
 
-def contenders(name: str, spec: RLTuningJobSpec, top: int) -> tuple[Runner, list[tuple[str, RLConfig]]]:
+def contenders(name: str, spec: RLTuningJobSpec, top: int) -> tuple[JobTrials, list[tuple[str, RLConfig]]]:
     """The configurations that decide a job's row: baseline, oracle pick, plan's top-k (distinct)."""
     rn, base = measured_baseline(name, spec)
     orc = oracle(name, spec, procs=1)

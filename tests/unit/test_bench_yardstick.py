@@ -69,13 +69,13 @@ def test_an_infeasible_configuration_has_no_noisy_steps():
 def test_bench_run_judges_by_the_mean_of_common_random_noisy_steps():
     import statistics
 
-    from bench.run import Runner, select_jobs
+    from bench.run import JobTrials, select_jobs
 
     from rltune.api.models import RLTuningJobSpec
 
     job = select_jobs("gen-07-qwen3-30b-a3b-gb200-math", "generated")[0]
     spec = RLTuningJobSpec.model_validate(job["spec"])
-    rn = Runner("t", spec)
+    rn = JobTrials("t", spec)
     a, b = expected_steps(spec, spec.baseline, 4), expected_steps(spec, spec.baseline, 4)
     assert a == b and len(set(a)) == 4  # fresh workload per sample, the same samples for every call
     objective, step = rn.true(spec.baseline)

@@ -5,7 +5,7 @@ lifecycle's one confirming trial in the cheaper pool."""
 import statistics
 
 import pytest
-from bench.run import Runner, measured_baseline, run_rltune, select_jobs
+from bench.run import JobTrials, measured_baseline, run_rltune, select_jobs
 from pydantic import ValidationError
 from test_lifecycle import drive, ok, truth
 from test_tuner_fixtures import job, steps
@@ -87,7 +87,7 @@ def test_the_forecaster_carried_to_other_gpus_errs_about_as_its_transfer_sd_says
         cfgs = [tuner.picker.best().config] + [r.config for r in hist if r.state == TrialState.SUCCEEDED][:3]
         for gpu_type, gpn in (("B200", 8), ("GB200", 4), ("H200", 8)):
             there = pool_spec(spec, GpuPool(name="p", gpuType=gpu_type, gpusPerNode=gpn, pricePerGpuHour=1.0))
-            fc, rn = tuner.forecaster.on_pool(there), Runner(f"{name}-{gpu_type}", there)
+            fc, rn = tuner.forecaster.on_pool(there), JobTrials(f"{name}-{gpu_type}", there)
             for c in cfgs:
                 pred, meas = fc.predict(c), rn.run(c, "p", 3)[0]
                 if pred.feasible and meas is not None:
@@ -107,7 +107,7 @@ def test_a_cheap_pool_is_worth_a_trial_and_a_dear_one_is_not(tuned):
     o = offer_for(priced, tuner.forecaster, cheap, inc.step_time, inc.gpus)
     assert o is not None and o.worth_a_trial and o.saving > 0.3 and o.p_cheaper > 0.9
     # the offer is the pool's own cheapest forecast, measured there by the twin within the stated sd
-    meas = Runner(f"{name}-b200", pool_spec(priced, cheap)).run(o.config, "p", 3)[0]
+    meas = JobTrials(f"{name}-b200", pool_spec(priced, cheap)).run(o.config, "p", 3)[0]
     assert abs(meas.step_time_mean - o.step_seconds) < 2.5 * o.step_std
     d = offer_for(priced, tuner.forecaster, dear, inc.step_time, inc.gpus)
     assert d is not None and not d.worth_a_trial and d.saving < 0

@@ -19,7 +19,7 @@ Gates (each returns a verdict text; a trial passing all is `succeeded`, otherwis
              the trial is rejected when lo > tol: the data show, at level a, a drop larger than the
              tolerance. A trial whose drop is within the tolerance is rejected with probability
              <= a; a drop beyond it is caught with a power set by the steps and the reward noise
-             (bench/gates.py measures it; docs/tuner.md has the detectable drop per step count and
+             (bench/gate_rates.py measures it; docs/tuner.md has the detectable drop per step count and
              why the gate does not use the non-inferiority framing, reject unless hi <= tol).
              Fallbacks: without the degrees of freedom for a trend, a pooled t-test of the means;
              with one step on either side, the plain comparison D > tol.
@@ -31,7 +31,7 @@ Gates (each returns a verdict text; a trial passing all is `succeeded`, otherwis
              The confirmation is group-sequential (`confirmation_looks`): an interim look after
              half its scored steps confirms early when every gate passes at alpha/2; otherwise the
              full run is judged at alpha/2. By Bonferroni a drop at the tolerance still passes with
-             probability <= alpha; a healthy winner usually stops at the look (bench/gates.py).
+             probability <= alpha; a healthy winner usually stops at the look (bench/gate_rates.py).
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ class RewardPower:
     needed: Optional[int]
 
 
-FALSE_ALARM_GOAL = 0.05  # the share of healthy winners a confirmation may fail (bench/gates.py measures it)
+FALSE_ALARM_GOAL = 0.05  # the share of healthy winners a confirmation may fail (bench/gate_rates.py measures it)
 MAX_SCORED = 200
 
 
@@ -252,7 +252,7 @@ class Look:
     final: bool
 
 
-INTERIM_ALPHA_SHARE = 0.5  # the share of rewardTestAlpha spent at the interim look (bench/gates.py chose it)
+INTERIM_ALPHA_SHARE = 0.5  # the share of rewardTestAlpha spent at the interim look (bench/gate_rates.py chose it)
 MIN_INTERIM_SCORED = 3  # fewer scored steps than this at half the run: no interim look
 
 

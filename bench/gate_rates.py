@@ -1,7 +1,7 @@
 """Quality-gate power benchmark: how often each gate catches an injected regression of known size,
 and how often it rejects a healthy trial (docs/tuner.md, "Quality gates").
 
-    python -m bench.gates [--seeds 200] [--jobs NAME,...] [--budgets 4/1,6/1,11/1] [--out PATH]
+    python -m bench.gate_rates [--seeds 200] [--jobs NAME,...] [--budgets 4/1,6/1,11/1] [--out PATH]
 
 For each benchmark job (bench/jobs.py, examples/bench-*.yaml) and each trial budget
 (stepsPerTrial/warmupSteps: the benchmark jobs' 4/1, the CRD default 6/1 and a long 11/1, i.e. 3, 5

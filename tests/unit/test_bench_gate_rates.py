@@ -1,9 +1,9 @@
-"""bench.gates' grey zone: a healthy one-step-off configuration judged by each reward gate at lag
+"""bench.gate_rates' grey zone: a healthy one-step-off configuration judged by each reward gate at lag
 penalties other than the twin's, on the same draws (docs/tuner.md 'The reward gate on the winner')."""
 
 import json
 
-from bench import gates
+from bench import gate_rates
 from bench.confirm import QualityTrials
 from bench.jobs import jobs as bench_jobs
 
@@ -26,10 +26,10 @@ def test_the_twins_own_lag_penalty_reproduces_its_rewards_and_a_smaller_one_lear
     qt = QualityTrials(spec, cfg, 12, 1)
     assert max(t.staleness for t in qt.template) == 1
     for seed in (None, 5):
-        a, b = qt.trial(seed), qt.trial(seed, gates.TWIN_LAG_PENALTY)
+        a, b = qt.trial(seed), qt.trial(seed, gate_rates.TWIN_LAG_PENALTY)
         assert [x.reward for x in a] == [y.reward for y in b]
     means = []
-    for pen in gates.PENALTIES:
+    for pen in gate_rates.PENALTIES:
         scored = [r.reward for r in qt.trial(None, pen) if not r.warmup]
         means.append(sum(scored) / len(scored))
     assert means == sorted(means, reverse=True) and means[0] > means[-1]
@@ -40,8 +40,8 @@ def test_the_twins_own_lag_penalty_reproduces_its_rewards_and_a_smaller_one_lear
 def test_the_grey_zone_ships_the_healthy_lever_less_often_the_slower_it_learns():
     _, cfg = _one_step_off()
     judged = {"oracle": cfg, "oracle_speedup": 2.0, "best_sync_speedup": 1.2}
-    row = gates.run_grey_zone(JOB, 0, (6, 1, 12), 40, judged, check=True)
-    cells = [row["penalties"][f"{p:g}"] for p in gates.PENALTIES]
+    row = gate_rates.run_grey_zone(JOB, 0, (6, 1, 12), 40, judged, check=True)
+    cells = [row["penalties"][f"{p:g}"] for p in gate_rates.PENALTIES]
     drops = [c["true_drop"] for c in cells]
     assert abs(drops[0]) < 0.005 and drops == sorted(drops) and drops[-1] > 0.03
     ni = [c["nonInferiority"] / c["n"] for c in cells]
@@ -55,8 +55,8 @@ def test_the_shipped_confirmation_stops_healthy_winners_early_and_still_holds_th
     winner's confirmation usually stops at the interim look (fewer steps than confirmSteps) while a
     drop at the tolerance is still kept from shipping >= 90% of the time on 60 seeds (the goal's 95%
     is bench-gates' 1,600 draws); screen has one look and always runs the full length."""
-    row = gates.run_shipped(JOB, 0, (6, 1, 12), 60)
-    agg = gates.aggregate_shipped([row])
+    row = gate_rates.run_shipped(JOB, 0, (6, 1, 12), 60)
+    agg = gate_rates.aggregate_shipped([row])
     ni, screen = agg["nonInferiority"], agg["screen"]
     assert 6 <= ni["healthy_confirm_steps"] < 10 and screen["healthy_confirm_steps"] == 12
     assert ni["catch_at_tolerance"] >= 0.9 and ni["false_alarm"] <= 0.05
@@ -79,7 +79,7 @@ def test_judged_configs_reads_the_oracle_and_the_best_synchronous_configuration(
     ]
     p = tmp_path / "results.json"
     p.write_text(json.dumps(rows))
-    got = gates.judged_configs("j", p)
+    got = gate_rates.judged_configs("j", p)
     assert got["oracle"] == cfg and got["oracle_speedup"] == 2.5 and got["best_sync_speedup"] == 1.25
-    assert gates.judged_configs("other", p) is None
-    assert gates.judged_configs("j", tmp_path / "missing.json") is None
+    assert gate_rates.judged_configs("other", p) is None
+    assert gate_rates.judged_configs("j", tmp_path / "missing.json") is None
