@@ -87,7 +87,8 @@ def _gen_seconds(gpu_type: str, gpn: int, tp: int) -> float:
     mf = physics.facts_cached(spec.workload.model.resolved())
     tf = physics.task_facts_cached(spec.workload.task)
     reach = gpu(gpu_type).nvlink_reach(gpn)
-    ro = physics.rollout_part(mf, tf, gpu_type, 64, tp, True, 0.85, 256, 8192, True, True, False, reach)
+    knobs = physics.RolloutKnobs(tp, True, 0.85, 256, 8192, True, True, False)
+    ro = physics.rollout_part(mf, tf, gpu_type, 64, knobs, reach)
     assert ro.feasible, ro.reason
     return ro.bulk + ro.tail
 
@@ -109,7 +110,7 @@ def test_inside_a_node_the_reach_changes_nothing():
     a = _gen_seconds("B300", 8, 8)
     mf = physics.facts_cached(_spec().workload.model.resolved())
     tf = physics.task_facts_cached(_spec().workload.task)
-    b = physics.rollout_part(mf, tf, "B300", 64, 8, True, 0.85, 256, 8192, True, True, False, 72)
+    b = physics.rollout_part(mf, tf, "B300", 64, physics.RolloutKnobs(8, True, 0.85, 256, 8192, True, True, False), 72)
     assert b.bulk + b.tail == pytest.approx(a, rel=1e-12)
 
 

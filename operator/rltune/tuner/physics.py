@@ -409,24 +409,43 @@ def _survival(tf: TaskFacts, i: float) -> float:
     return 1.0 - NormalDist().cdf((math.log(max(i, 1.0)) - mu) / s)
 
 
+@dataclass(frozen=True)
+class RolloutKnobs:
+    """The rollout half's knobs as the physics reads them; `of` is the one place that reads them from
+    a configuration's flat knobs (RLConfig.flat())."""
+
+    tp: int
+    expert_parallel: bool  # only where the model has MoE layers
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    cuda_graphs: bool
+    fp8: bool
+    streams: bool  # partial rollout that carries unfinished samples over (`streams`)
+
+    @classmethod
+    def of(cls, k: dict, mf: ModelFacts, streaming: bool) -> "RolloutKnobs":
+        return cls(
+            k["rollout.tp"],
+            bool(k["rollout.expertParallel"] and mf.moe_layers),
+            round(k["rollout.gpuMemoryUtilization"], 4),
+            k["rollout.maxNumSeqs"],
+            k["rollout.maxNumBatchedTokens"],
+            k["rollout.cudaGraphs"],
+            k["rollout.fp8"],
+            streaming,
+        )
+
+
 @lru_cache(maxsize=200_000)
 def rollout_part(
-    mf: ModelFacts,
-    tf: TaskFacts,
-    gname: str,
-    gpus_r: int,
-    tp: int,
-    ep: bool,
-    gmu: float,
-    max_seqs: int,
-    max_batched: int,
-    graphs: bool,
-    fp8: bool,
-    partial: bool,
-    reach: int,
+    mf: ModelFacts, tf: TaskFacts, gname: str, gpus_r: int, knobs: RolloutKnobs, reach: int
 ) -> RolloutPart:
     """The rollout half on `gpus_r` GPUs (cached: a search space is a product of halves); `reach`:
     the GPUs one NVLink domain holds for this job (`GPU.nvlink_reach`)."""
+    tp, ep, gmu = knobs.tp, knobs.expert_parallel, knobs.gpu_memory_utilization
+    max_seqs, max_batched, graphs = knobs.max_num_seqs, knobs.max_num_batched_tokens, knobs.cuda_graphs
+    fp8, partial = knobs.fp8, knobs.streams
     g = gpu_lookup(gname)
     replicas = gpus_r // tp
     if replicas < 1:
@@ -723,21 +742,7 @@ def breakdown(
     gpus, gt, gr = split(k, budget, gpus_per_node)
     if gr < 1:
         return Breakdown({}, False, "no rollout GPUs left")
-    ro = rollout_part(
-        mf,
-        tf,
-        gpu_type,
-        gr,
-        k["rollout.tp"],
-        bool(k["rollout.expertParallel"] and mf.moe_layers),
-        round(k["rollout.gpuMemoryUtilization"], 4),
-        k["rollout.maxNumSeqs"],
-        k["rollout.maxNumBatchedTokens"],
-        k["rollout.cudaGraphs"],
-        k["rollout.fp8"],
-        streams(k),
-        g.nvlink_reach(gpus_per_node),
-    )
+    ro = rollout_part(mf, tf, gpu_type, gr, RolloutKnobs.of(k, mf, streams(k)), g.nvlink_reach(gpus_per_node))
     tr = trainer_of(mf, tf, gpu_type, gt, k)
     bd = Breakdown({}, trainer_gpus=gt, rollout_gpus=gr)
     bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure = ro.kv_tokens, ro.free_frac, ro.kv_pressure

@@ -436,21 +436,7 @@ def candidates(
                 for r in _checked(r_all, deadline):
                     if space.rollout_valid(r, gr):
                         continue
-                    ro = physics.rollout_part(
-                        mf,
-                        tf,
-                        gname,
-                        gr,
-                        r["rollout.tp"],
-                        bool(r["rollout.expertParallel"] and mf.moe_layers),
-                        round(r["rollout.gpuMemoryUtilization"], 4),
-                        r["rollout.maxNumSeqs"],
-                        r["rollout.maxNumBatchedTokens"],
-                        r["rollout.cudaGraphs"],
-                        r["rollout.fp8"],
-                        partial,
-                        reach,
-                    )
+                    ro = physics.rollout_part(mf, tf, gname, gr, physics.RolloutKnobs.of(r, mf, partial), reach)
                     if not ro.feasible or fc.memory.p_side("rollout", -ro.free_frac) < P_FIT_MIN:
                         continue
                     kk = dict(ko) | r
