@@ -29,8 +29,8 @@ import numpy as np
 from bench.paths import ROOT
 from rltune.api.models import ModelArch, ModelSpec, RLConfig, TaskSpec
 from rltune.twin import TWIN_VERSION, Infeasible, efficiency, simulate_step_breakdown
-from rltune.twin.core import _cached_step, _weight_sync
 from rltune.twin.rollout import replica_cost, simulate_replica
+from rltune.twin.simulate import _cached_step, _weight_sync
 from rltune.twin.training import train_cost
 from rltune.twin.workload import Episodes
 

@@ -29,7 +29,7 @@ from rltune.api.metrics import StepRecord
 from rltune.api.models import RLTuningJobSpec, trial_spec_for
 from rltune.tuner import gates as quality_gates
 from rltune.tuner import records, summarize
-from rltune.twin.core import _quality, simulate_one_step
+from rltune.twin.simulate import _quality, simulate_one_step
 
 
 @dataclass(frozen=True)

@@ -88,7 +88,7 @@ RULE_NAMES = {
 GOAL_CATCH, GOAL_FALSE = 0.95, 0.05
 # The twin's quality model stretches the learning curve's time constant by Efficiency.lag_penalty per
 # step of lag (measured: bench/lag_penalty.py) and by Efficiency.fp8_tau_stretch for an fp8 rollout
-# (twin/core.py::_quality). The grey-zone table re-draws the same trials at other lag penalties
+# (twin/simulate.py::_quality). The grey-zone table re-draws the same trials at other lag penalties
 # (QualityTrials.trial's lag_penalty), up to FORMER_LAG_PENALTY, the twin's unsourced value before 0.3.8;
 # --check verifies that the twin's own penalty reproduces simulate_trial exactly.
 TWIN_LAG_PENALTY = Efficiency.lag_penalty

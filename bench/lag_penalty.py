@@ -10,7 +10,7 @@ Why (issue 17; docs/tuner.md 'The reward gate on the winner'): whether `rewardGa
 can be the default turns on how much slower a one-step-off run learns per step than a synchronous
 one. No public source pins how far the learning curve's time constant stretches per step of lag;
 the twin assumed 35% until 0.3.8 and now takes this benchmark's measurement (Efficiency.lag_penalty,
-twin/core.py::_quality). This measures it where a real loop is at hand. Each run is
+twin/simulate.py::_quality). This measures it where a real loop is at hand. Each run is
 `python -m rltune.grpo --spec SPEC --steps N --staleness S --seed K` in its own process (real mode:
 hack/install-torch-vllm.sh), its per-step rewards saved as JSON lines in --dir. The fit: reward(t)
 = a + g (1 - exp(-(t + 1) / tau)), least squares in a and g on a grid of tau, on the mean curve over

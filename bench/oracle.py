@@ -26,7 +26,7 @@ from rltune.tuner import physics
 from rltune.tuner.knobs import ROLLOUT_KNOBS, TRAINER_KNOBS
 from rltune.tuner.records import objective_of
 from rltune.tuner.search import Space, flat_key
-from rltune.twin.core import make_plan, simulate_one_step
+from rltune.twin.simulate import make_plan, simulate_one_step
 
 CACHE = STATE / "oracle_cache.json"
 # The yardstick (docs/benchmark.md, "The yardstick"): a configuration is judged by the mean of

@@ -73,7 +73,7 @@ from bench import calibrate
 from bench.paths import DATA, ROOT
 from rltune.api.models import ModelArch, RLConfig, TaskSpec
 from rltune.twin import Infeasible, efficiency, simulate_step_breakdown
-from rltune.twin.core import _cached_step
+from rltune.twin.simulate import _cached_step
 from rltune.twin.workload import sample_episodes
 
 YAML_PATH = DATA / "published_steps.yaml"

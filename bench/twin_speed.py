@@ -20,7 +20,7 @@ import numpy as np
 
 from rltune.api.models import ModelSpec, RLConfig, TaskSpec
 from rltune.twin import replica_loop
-from rltune.twin.core import make_plan, simulate_one_step
+from rltune.twin.simulate import make_plan, simulate_one_step
 
 DAPO = TaskSpec(kind="math", promptsPerStep=512, samplesPerPrompt=16, maxPromptTokens=1024, maxResponseTokens=20480)
 CODING = TaskSpec(

@@ -11,8 +11,8 @@ from rltune.tuner import physics
 from rltune.tuner.search import Space
 from rltune.tuner.validation import check_spec
 from rltune.twin import Infeasible
-from rltune.twin.core import make_plan
 from rltune.twin.efficiency import efficiency
+from rltune.twin.simulate import make_plan
 from rltune.twin.training import train_cost
 
 MOE = ModelSpec(preset="qwen3-30b-a3b").resolved()  # 128 experts of width 768

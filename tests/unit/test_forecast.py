@@ -12,7 +12,7 @@ from rltune.api.models import RLConfig
 from rltune.tuner import Forecaster, physics, summarize
 from rltune.tuner.forecast import step_variance
 from rltune.tuner.physics import longest_response, task_facts, truncated_at, truncated_mean
-from rltune.twin.core import make_plan, simulate_one_step
+from rltune.twin.simulate import make_plan, simulate_one_step
 
 PH = {"generation": 420.0, "generation_tail": 200.0, "old_logprob": 55.0, "training": 160.0, "weight_sync": 6.0}
 

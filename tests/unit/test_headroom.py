@@ -97,7 +97,7 @@ def _twin_peak(spec: RLTuningJobSpec, cfg, longest: int) -> float:
     """The twin's trainer peak / GPU memory for a step whose longest sequence is `longest` tokens."""
     import numpy as np
 
-    from rltune.twin.core import make_plan
+    from rltune.twin.simulate import make_plan
     from rltune.twin.training import train_cost
 
     w, r = spec.workload, spec.resources

@@ -13,7 +13,7 @@ from rltune.api.models import RLConfig
 from rltune.controller import pods, rayjob
 from rltune.settings import OperatorSettings
 from rltune.tuner import physics
-from rltune.twin.core import make_plan
+from rltune.twin.simulate import make_plan
 
 
 @pytest.mark.parametrize(

@@ -22,9 +22,9 @@ from rltune.api.hardware import gpu
 from rltune.api.models import ModelSpec, RLConfig, TaskSpec
 from rltune.api.pipeline import pipeline_step
 from rltune.twin import Infeasible, simulate_step_breakdown
-from rltune.twin.core import _weight_sync, make_plan
 from rltune.twin.efficiency import efficiency
 from rltune.twin.rollout import replica_cost
+from rltune.twin.simulate import _weight_sync, make_plan
 
 M7 = ModelSpec(preset="qwen2.5-7b").resolved()
 MOE = ModelSpec(preset="qwen3-235b-a22b").resolved()

@@ -21,8 +21,8 @@ except ImportError:  # running without an installed package or conftest path set
 
 from rltune.api.models import ModelSpec, RLConfig, TaskSpec
 from rltune.twin import replica_loop
-from rltune.twin.core import make_plan
 from rltune.twin.rollout import simulate_replica
+from rltune.twin.simulate import make_plan
 from rltune.twin.workload import sample_episodes
 
 pytest.importorskip("numba")

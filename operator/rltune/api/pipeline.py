@@ -1,7 +1,7 @@
 """The asynchronous trainer-rollout pipeline of a disaggregated RL loop, with a bounded run-ahead.
 
 A law of the loop's structure, not of any cluster (no efficiency factor in it): shared by the twin
-(rltune.twin.core) and the forecaster (rltune.tuner.physics) like the GPU catalog.
+(rltune.twin.simulate) and the forecaster (rltune.tuner.physics) like the GPU catalog.
 
 Why a small simulation and not `max(generation, training)`: how much the two sides overlap depends
 on how far the rollout may run ahead of the trainer, and that bound is what staleness settings

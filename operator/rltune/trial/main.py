@@ -54,7 +54,7 @@ def _gpus(spec: TrialSpec) -> int:
     if spec.config.gpus:
         return spec.config.gpus
     if spec.mode == "twin":
-        from rltune.twin.core import DEFAULT_GPUS
+        from rltune.twin.simulate import DEFAULT_GPUS
 
         return int((spec.scenario or {}).get("gpus", DEFAULT_GPUS))
     return 0

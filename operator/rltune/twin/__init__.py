@@ -12,8 +12,8 @@ The tuner must not import this package; only trials and benchmarks do. The twin 
 the benchmarks, and a tuner that could read it would grade its own homework.
 """
 
-from .core import simulate_step_breakdown, simulate_step_time, simulate_trial
 from .errors import Infeasible
+from .simulate import simulate_step_breakdown, simulate_step_time, simulate_trial
 
 TWIN_VERSION = "0.3.8"
 

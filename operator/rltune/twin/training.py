@@ -229,7 +229,7 @@ def train_cost(
         t_train += nmb * shard * 16.0 * 2 / (g.hbm_bw * eff.hbm)
     if tr.offload and eff.offload_swap:
         # verl's actor offload: the state leaves the GPU between phases and comes back for the update,
-        # where Adam runs on the GPU; the weights' own moves are the colocated switch's (core._switch)
+        # where Adam runs on the GPU; the weights' own moves are the colocated switch's (simulate._switch)
         t_train += 2.0 * (state_gpu - weights_gpu) / eff.pcie_bw
 
     # Forward-only log-prob passes (bigger micro-batches: verl uses 3x the train token budget).
