@@ -44,7 +44,7 @@ import bed as bedlib
 from rltune.api.crdgen import GROUP, PLURAL, VERSION
 from rltune.api.layout import nodes_for
 from rltune.controller import pods as pod_manifests
-from rltune.controller import prom
+from rltune.controller import podspec, prom
 from rltune.controller.kube import KubeCluster
 from rltune.controller.reconcile import Reconciler
 from rltune.tuner.records import unflatten_summary
@@ -258,8 +258,7 @@ def audit_codes(bed, ns: str) -> dict[str, Counter]:
 
 def pod_gpus(pod) -> int:
     return sum(
-        int(((c.resources and c.resources.requests) or {}).get(pod_manifests.GPU_RESOURCE, 0))
-        for c in pod.spec.containers
+        int(((c.resources and c.resources.requests) or {}).get(podspec.GPU_RESOURCE, 0)) for c in pod.spec.containers
     )
 
 
@@ -294,7 +293,7 @@ class PodLedger(bedlib.TrialPodWatch):
             self._alive_any.pop(name, None)
         self.peak = max(self.peak, sum(self.live.values()))
         self.peak_trials = max(
-            self.peak_trials, len({self.pods[n].metadata.labels.get(pod_manifests.LABEL_TRIAL) for n in self.live})
+            self.peak_trials, len({self.pods[n].metadata.labels.get(podspec.LABEL_TRIAL) for n in self.live})
         )
         self.peak_with_terminating = max(self.peak_with_terminating, sum(self._alive_any.values()))
 
@@ -386,7 +385,7 @@ def test_gpu_budget_respected_across_running_trials(bed, ns):
     samples: list[int] = []
 
     def sample(_phase):
-        live = [p for p in core.list_namespaced_pod(ns, label_selector=pod_manifests.LABEL_JOB).items if holds_gpus(p)]
+        live = [p for p in core.list_namespaced_pod(ns, label_selector=podspec.LABEL_JOB).items if holds_gpus(p)]
         samples.append(sum(pod_gpus(p) for p in live))
         assert samples[-1] <= 16, [(p.metadata.name, pod_gpus(p), p.status.phase) for p in live]
 

@@ -184,8 +184,8 @@ def test_teardown_deletes_only_what_the_job_owns(crd, namespace, core):
 def test_the_old_teardown_would_have_deleted_the_foreign_service():
     """What this guards against, without a cluster: the names rltune gives a trial's objects are the
     names another workload may already use."""
-    from rltune.controller import netpol, pods
+    from rltune.controller import netpol, pods, podspec
 
     assert pods.service_name("web", "baseline") == "web-baseline" == trial_rayjobs.rayjob_name("web", "baseline")
     assert netpol.policy_name("web", "baseline") == "web-baseline"
-    assert copy.deepcopy(labels("baseline")) == netpol.trial_selector("web", "baseline")
+    assert copy.deepcopy(labels("baseline")) == podspec.trial_selector("web", "baseline")

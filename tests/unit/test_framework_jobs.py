@@ -16,7 +16,7 @@ from rltune.adapters.verl_loader import compose
 from rltune.api.models import RLTuningJobSpec, knob_paths
 from rltune.api.status import Phase
 from rltune.controller import rayjob
-from rltune.controller.pods import GPU_RESOURCE, LABEL_JOB, LABEL_RANK, LABEL_TRIAL
+from rltune.controller.podspec import GPU_RESOURCE, LABEL_JOB, LABEL_RANK, LABEL_TRIAL
 from rltune.settings import OperatorSettings
 from rltune.tuner.search import Space
 from rltune.tuner.validation import check_spec

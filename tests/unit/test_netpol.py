@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from rltune.api.models import RLTuningJobSpec
 from rltune.api.status import RLTuningJobStatus, TrialStatus
-from rltune.controller import netpol, rayjob
+from rltune.controller import netpol, podspec, rayjob
 from rltune.controller import pods as pod_manifests
 from rltune.controller.reconcile import Reconciler
 from rltune.settings import NetworkPeer, NetworkPolicySettings, OperatorSettings
@@ -107,11 +107,9 @@ def test_the_policy_of_a_trial():
         == netpol.policy_name("web", "baseline")
     )
     assert md["namespace"] == "team-a"
-    assert md["labels"][pod_manifests.LABEL_JOB] == "web" and md["labels"][pod_manifests.LABEL_TRIAL] == "baseline"
+    assert md["labels"][podspec.LABEL_JOB] == "web" and md["labels"][podspec.LABEL_TRIAL] == "baseline"
     assert md["ownerReferences"] == [OWNER]  # the garbage collector takes it with the job
-    assert pol["spec"]["podSelector"] == {
-        "matchLabels": {pod_manifests.LABEL_JOB: "web", pod_manifests.LABEL_TRIAL: "baseline"}
-    }
+    assert pol["spec"]["podSelector"] == {"matchLabels": {podspec.LABEL_JOB: "web", podspec.LABEL_TRIAL: "baseline"}}
     assert pol["spec"]["policyTypes"] == ["Ingress"]
     long = netpol.trial_policy("team-a", "w" * 70, "c12-retry", None, NetworkPolicySettings())
     assert len(long["metadata"]["name"]) <= 63 and long["metadata"]["ownerReferences"] == []
@@ -122,10 +120,10 @@ def test_it_selects_every_pod_of_the_trial_and_no_other():
     pol = netpol.trial_policy("team-a", "web", "t2", OWNER, NetworkPolicySettings())
     sel = pol["spec"]["podSelector"]
     mine = trial_pods("t2") + ray_pods("t2")
-    assert {p.get(pod_manifests.LABEL_RANK) for p in mine} == {"0", "1", "worker", "submitter"}
+    assert {p.get(podspec.LABEL_RANK) for p in mine} == {"0", "1", "worker", "submitter"}
     assert all(_selects(sel, p) for p in mine)
     assert not any(_selects(sel, p) for p in trial_pods("t3") + ray_pods("baseline"))
-    assert not _selects(sel, {pod_manifests.LABEL_JOB: "web2", pod_manifests.LABEL_TRIAL: "t2"})
+    assert not _selects(sel, {podspec.LABEL_JOB: "web2", podspec.LABEL_TRIAL: "t2"})
 
 
 def test_it_admits_the_trials_own_pods_kuberay_and_prometheus_and_nobody_else():
@@ -147,7 +145,7 @@ def test_it_admits_the_trials_own_pods_kuberay_and_prometheus_and_nobody_else():
     # namespace, and a pod with the trial's very labels in another namespace (another tenant's)
     for src in trial_pods("t3") + ray_pods("baseline"):
         assert not ok("team-a", ns_a, src)
-    assert not ok("team-a", ns_a, {pod_manifests.LABEL_JOB: "other", pod_manifests.LABEL_TRIAL: "t2"})
+    assert not ok("team-a", ns_a, {podspec.LABEL_JOB: "other", podspec.LABEL_TRIAL: "t2"})
     assert not ok("team-a", ns_a, {"app": "web"})
     assert not ok("team-b", {"kubernetes.io/metadata.name": "team-b"}, dict(head))
     assert not ok("team-b", {"kubernetes.io/metadata.name": "team-b"}, {"app.kubernetes.io/name": "kuberay"})

@@ -17,6 +17,7 @@ import rltune.settings as settings_mod
 from rltune.api.hardware import CATALOG
 from rltune.api.models import RLTuningJobSpec
 from rltune.controller import pods as pod_manifests
+from rltune.controller import podspec
 from rltune.controller.podsecurity import check_pod_template
 from rltune.settings import GpuPoolSettings, OperatorSettings, PodSecurityBounds, TrialDefaults
 
@@ -146,7 +147,7 @@ def test_restricted_security_context_on_pod_and_container():
 
 def test_trial_uid_matches_the_trial_image():
     dockerfile = (Path(__file__).resolve().parents[2] / "images" / "trial" / "Dockerfile").read_text()
-    assert f"USER {pod_manifests.TRIAL_UID}" in dockerfile and f"--uid {pod_manifests.TRIAL_UID}" in dockerfile
+    assert f"USER {podspec.TRIAL_UID}" in dockerfile and f"--uid {podspec.TRIAL_UID}" in dockerfile
 
 
 # --------------------------------------------------------------------------- podTemplate merge
@@ -225,7 +226,7 @@ def test_merge_keys_retain_keys_and_null():
         "volumes": [{"name": "a", "persistentVolumeClaim": {"claimName": "c"}}],
         "nodeSelector": {"y": None},
     }
-    out = pod_manifests.merge_pod_spec(base, patch)
+    out = podspec.merge_pod_spec(base, patch)
     c = out["containers"][0]
     assert c["ports"] == [{"containerPort": 80, "protocol": "TCP", "name": "http"}]
     assert c["volumeMounts"] == [{"name": "a", "mountPath": "/a", "readOnly": False}]
@@ -241,21 +242,19 @@ def test_merge_keys_retain_keys_and_null():
 
 def test_template_container_without_merge_key_names_the_field():
     with pytest.raises(
-        pod_manifests.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.name: required"
+        podspec.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.name: required"
     ):
         build(make_spec(podTemplate={"containers": [{"image": "x"}]}))
-    with pytest.raises(pod_manifests.PodTemplateError, match=r"containers\[0\]\.volumeMounts\[0\]\.mountPath"):
+    with pytest.raises(podspec.PodTemplateError, match=r"containers\[0\]\.volumeMounts\[0\]\.mountPath"):
         build(make_spec(podTemplate={"containers": [{"name": "trial", "volumeMounts": [{"name": "v"}]}]}))
 
 
 def test_a_delete_directive_is_refused_not_honoured():
     """`{name: trial, $patch: delete}` used to remove the operator's restricted trial container."""
-    with pytest.raises(
-        pod_manifests.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.\$patch: "
-    ):
+    with pytest.raises(podspec.PodTemplateError, match=r"spec\.resources\.podTemplate\.containers\[0\]\.\$patch: "):
         build(make_spec(podTemplate={"containers": [{"name": "trial", "$patch": "delete"}]}))
-    with pytest.raises(pod_manifests.PodTemplateError, match=r"podTemplate\.volumes\[0\]\.\$patch"):
-        pod_manifests.merge_pod_spec(
+    with pytest.raises(podspec.PodTemplateError, match=r"podTemplate\.volumes\[0\]\.\$patch"):
+        podspec.merge_pod_spec(
             {"volumes": [{"name": "v", "emptyDir": {}}]}, {"volumes": [{"name": "v", "$patch": "delete"}]}
         )
 

@@ -15,7 +15,7 @@ import yaml
 from rltune.adapters import registry
 from rltune.api.models import RLTuningJobSpec
 from rltune.controller import pods as PODS
-from rltune.controller import rayjob
+from rltune.controller import podspec, rayjob
 from rltune.controller.podsecurity import (
     Violation,
     check_job,
@@ -301,7 +301,7 @@ def test_several_violations_are_all_reported():
 
 
 def test_null_cannot_delete_the_restricted_defaults():
-    """A strategic-merge null deletes a key: it must not strip the restricted settings pods.py sets."""
+    """A strategic-merge null deletes a key: it must not strip the restricted settings podspec.py sets."""
     tmpl = {
         "securityContext": None,
         "containers": [
@@ -372,8 +372,8 @@ def test_strategic_merge_directives_are_refused_anywhere(tmpl, field):
     assert [v.field for v in vs] == [field]
     assert "directive" in vs[0].message and "remove it" in vs[0].message
     # and the merge itself never honours one (it used to delete a container named in `$patch: delete`)
-    with pytest.raises(PODS.PodTemplateError) as e:
-        PODS.merge_pod_spec({"containers": [{"name": "trial", "image": "x"}]}, tmpl)
+    with pytest.raises(podspec.PodTemplateError) as e:
+        podspec.merge_pod_spec({"containers": [{"name": "trial", "image": "x"}]}, tmpl)
     assert str(e.value).startswith(field + ":")
 
 
@@ -436,7 +436,7 @@ def test_containers_a_template_adds_start_from_the_restricted_context(make):
         added = {c["name"]: c for c in containers(pod_spec)}
         assert {"sidecar", "prep", "debug", "trial"} <= set(added)
         for c in added.values():
-            for k, v in PODS.RESTRICTED_CONTAINER_SECURITY.items():
+            for k, v in podspec.RESTRICTED_CONTAINER_SECURITY.items():
                 assert c["securityContext"][k] == v, (c["name"], k)
         assert added["prep"]["securityContext"]["runAsUser"] == 1000  # what the template sets stays
         assert check_pod_spec(pod_spec, tmpl, PodSecurityBounds(), settings.gpu_pool.tolerations) == []
@@ -458,18 +458,18 @@ def test_deleting_the_trial_container_is_refused_before_any_pod():
     with pytest.raises(InvalidSpec) as e:
         preflight(spec, OperatorSettings())
     assert e.value.reason == "PodSecurityViolation" and f"{C}.$patch" in str(e.value)
-    with pytest.raises(PODS.PodTemplateError):  # no pod without its restricted trial container is ever built
+    with pytest.raises(podspec.PodTemplateError):  # no pod without its restricted trial container is ever built
         created_pod_specs(spec, OperatorSettings())
 
 
 def test_the_merged_pod_is_checked_and_named_by_the_template_field():
-    """Were a container of the template ever left unrestricted (a merge without pods.apply_template),
+    """Were a container of the template ever left unrestricted (a merge without podspec.apply_template),
     the merged-pod check still finds it; a field is the template's where the value came from (the
     sidecar is the template's containers[0], the pod's containers[1]), else spec.resources.podTemplate."""
     settings = OperatorSettings()
     (base,) = trial_pod_specs(twin_spec(), settings)
     tmpl = {"containers": [{"name": "side", "image": "b", "securityContext": {"privileged": True}}]}
-    merged = PODS.merge_pod_spec(base, tmpl)
+    merged = podspec.merge_pod_spec(base, tmpl)
     assert [c["name"] for c in merged["containers"]] == ["trial", "side"]
     vs = check_pod_spec(merged, tmpl, PodSecurityBounds(), settings.gpu_pool.tolerations)
     assert f"{C}.securityContext.privileged" in {v.field for v in vs}
@@ -478,13 +478,13 @@ def test_the_merged_pod_is_checked_and_named_by_the_template_field():
         "the trial pod's spec.containers[1].securityContext.allowPrivilegeEscalation",
         "the trial pod's spec.containers[1].securityContext.capabilities.drop",
     }
-    # what pods.py really builds neutralises all but what the template itself asks for
-    fixed = PODS.apply_template(copy.deepcopy(base), tmpl)
+    # what podspec.py really builds neutralises all but what the template itself asks for
+    fixed = podspec.apply_template(copy.deepcopy(base), tmpl)
     vs = check_pod_spec(fixed, tmpl, PodSecurityBounds(), settings.gpu_pool.tolerations)
     assert [v.field for v in vs] == [f"{C}.securityContext.privileged"]
     # a null that deletes the operator's automountServiceAccountToken: false is the template's field
     tmpl = {"automountServiceAccountToken": None}
-    merged = PODS.apply_template(copy.deepcopy(base), tmpl)
+    merged = podspec.apply_template(copy.deepcopy(base), tmpl)
     assert "automountServiceAccountToken" not in merged
     (v,) = check_pod_spec(merged, tmpl, PodSecurityBounds(), settings.gpu_pool.tolerations)
     assert v.field == f"{P}.automountServiceAccountToken" and "podSecurity.allowServiceAccount" in v.message

@@ -31,8 +31,7 @@ import kopf
 from .. import settings as operator_settings
 from ..api.crdgen import GROUP, PLURAL, VERSION
 from ..api.status import ACTIVE_STATES, Phase
-from . import endpoints, prom, rayjob, selfmetrics
-from . import pods as pod_manifests
+from . import endpoints, podspec, prom, rayjob, selfmetrics
 from .reconcile import Reconciler, next_tick
 
 log = logging.getLogger("rltune.controller")
@@ -55,7 +54,7 @@ def snapshot(body: Any) -> dict:
 
 
 def job_key(namespace: Optional[str], labels: Any) -> Optional[Key]:
-    job = (labels or {}).get(pod_manifests.LABEL_JOB)
+    job = (labels or {}).get(podspec.LABEL_JOB)
     return (namespace, job) if namespace and job else None
 
 
@@ -103,13 +102,13 @@ def shutdown(memo: kopf.Memo, **_: Any) -> None:
 # ------------------------------------------------------------------ what the watches keep
 
 
-@kopf.index("v1", "pods", labels={pod_manifests.LABEL_JOB: kopf.PRESENT})
+@kopf.index("v1", "pods", labels={podspec.LABEL_JOB: kopf.PRESENT})
 async def trial_pods(namespace: str, labels: dict, body: kopf.Body, **_: Any) -> Optional[dict]:
     key = job_key(namespace, labels)
     return {key: snapshot(body)} if key else None
 
 
-@kopf.index(rayjob.GROUP, rayjob.VERSION, rayjob.PLURAL, labels={pod_manifests.LABEL_JOB: kopf.PRESENT})
+@kopf.index(rayjob.GROUP, rayjob.VERSION, rayjob.PLURAL, labels={podspec.LABEL_JOB: kopf.PRESENT})
 async def trial_rayjobs(namespace: str, labels: dict, body: kopf.Body, **_: Any) -> Optional[dict]:
     key = job_key(namespace, labels)
     return {key: snapshot(body)} if key else None
@@ -121,12 +120,12 @@ def _wake(memo: kopf.Memo, key: Optional[Key]) -> None:
         ev.set()
 
 
-@kopf.on.event("v1", "pods", labels={pod_manifests.LABEL_JOB: kopf.PRESENT})
+@kopf.on.event("v1", "pods", labels={podspec.LABEL_JOB: kopf.PRESENT})
 async def pod_event(namespace: str, labels: dict, memo: kopf.Memo, **_: Any) -> None:
     _wake(memo, job_key(namespace, labels))
 
 
-@kopf.on.event(rayjob.GROUP, rayjob.VERSION, rayjob.PLURAL, labels={pod_manifests.LABEL_JOB: kopf.PRESENT})
+@kopf.on.event(rayjob.GROUP, rayjob.VERSION, rayjob.PLURAL, labels={podspec.LABEL_JOB: kopf.PRESENT})
 async def rayjob_event(namespace: str, labels: dict, memo: kopf.Memo, **_: Any) -> None:
     _wake(memo, job_key(namespace, labels))
 
@@ -245,10 +244,8 @@ async def cleanup_job(
     status = status or {}
     trials = [t.get("id") for t in status.get("trials") or [] if t.get("id")]
     active = [t.get("id") for t in status.get("trials") or [] if t.get("id") and t.get("state") in ACTIVE_STATES]
-    seen = {(o.get("metadata") or {}).get("labels", {}).get(pod_manifests.LABEL_TRIAL) for o in trial_pods.get(key, ())}
-    seen |= {
-        (o.get("metadata") or {}).get("labels", {}).get(pod_manifests.LABEL_TRIAL) for o in trial_rayjobs.get(key, ())
-    }
+    seen = {(o.get("metadata") or {}).get("labels", {}).get(podspec.LABEL_TRIAL) for o in trial_pods.get(key, ())}
+    seen |= {(o.get("metadata") or {}).get("labels", {}).get(podspec.LABEL_TRIAL) for o in trial_rayjobs.get(key, ())}
     doomed = list(dict.fromkeys([*active, *sorted(t for t in seen if t)]))
     t0 = time.monotonic()
     try:

@@ -12,7 +12,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..api.crdgen import GROUP, PLURAL, VERSION
-from . import netpol, pods, rayjob
+from . import netpol, podspec, rayjob
 from .reconcile import Conflict, Refusal
 
 log = logging.getLogger("rltune.controller")
@@ -118,7 +118,7 @@ class KubeCluster:
             )
 
     def list_trial_pods(self, namespace: str, job: str) -> list[dict]:
-        res = self.core.list_namespaced_pod(namespace, label_selector=f"{pods.LABEL_JOB}={job}")
+        res = self.core.list_namespaced_pod(namespace, label_selector=f"{podspec.LABEL_JOB}={job}")
         return [self.api.sanitize_for_serialization(p) for p in res.items]
 
     def _create(self, manifest: dict, **kw) -> None:
@@ -174,7 +174,7 @@ class KubeCluster:
         if not self.serves_rayjobs():
             return []
         res = self.custom.list_namespaced_custom_object(
-            rayjob.GROUP, rayjob.VERSION, namespace, rayjob.PLURAL, label_selector=f"{pods.LABEL_JOB}={job}"
+            rayjob.GROUP, rayjob.VERSION, namespace, rayjob.PLURAL, label_selector=f"{podspec.LABEL_JOB}={job}"
         )
         return res.get("items", [])
 
@@ -193,7 +193,7 @@ class KubeCluster:
         (a Ray pod: where its owner is the RayCluster or the submitter Job of a RayJob the job owns), and
         deleted with a precondition on its own UID: an object of the same name that someone else made
         (a Service `web-baseline` of another workload beside a job `web`), or made anew meanwhile, stays."""
-        sel = f"{pods.LABEL_JOB}={job},{pods.LABEL_TRIAL}={trial}"
+        sel = f"{podspec.LABEL_JOB}={job},{podspec.LABEL_TRIAL}={trial}"
         try:
             ray_owners: set[tuple[str, str, str]] = set()  # (apiVersion, kind, name) owning the trial's Ray pods
             if self.serves_rayjobs():

@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import Optional
 
 from ..settings import NetworkPeer, NetworkPolicySettings
-from . import pods
+from . import pods, podspec
 
 API_VERSION = "networking.k8s.io/v1"
 KIND = "NetworkPolicy"
@@ -37,10 +37,6 @@ KIND = "NetworkPolicy"
 
 def policy_name(job: str, trial: str) -> str:
     return pods.service_name(job, trial)
-
-
-def trial_selector(job: str, trial: str) -> dict[str, str]:
-    return {pods.LABEL_JOB: job, pods.LABEL_TRIAL: trial}
 
 
 def _peer(peer: NetworkPeer) -> dict:
@@ -58,7 +54,7 @@ def trial_policy(
     """The NetworkPolicy of one trial (None when the chart turned them off)."""
     if not settings.enabled:
         return None
-    selector = trial_selector(job, trial)
+    selector = podspec.trial_selector(job, trial)
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,

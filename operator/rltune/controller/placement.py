@@ -19,8 +19,8 @@ import re
 from collections import Counter
 from typing import Any, Optional
 
-GPU_RESOURCE = "nvidia.com/gpu"
-GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+from .podspec import GPU_RESOURCE
+
 FIX = (
     "set spec.resources.nodeSelector or the chart's gpuPool.nodeSelector to labels your GPU nodes carry, "
     "spec.resources.gpuType to the GPU they have (or spec.resources.gpuProductAffinity: false where GPU nodes "

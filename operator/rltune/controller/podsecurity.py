@@ -3,7 +3,7 @@
 The operator creates trial pods with its own identity, so it must never be a way around a
 namespace's pod security: whoever may create an RLTuningJob must not get pods they could not
 create themselves. Trial pods start from the Pod Security Standards "restricted" settings
-(pods.py; every container the template adds too, `pods.apply_template`); a template may relax them
+(podspec.py; every container the template adds too, `podspec.apply_template`); a template may relax them
 only as far as the cluster admin allows in the chart's `podSecurity` values (operator settings).
 Anything more is refused before any pod exists, with one Violation per offending field.
 
@@ -67,9 +67,9 @@ from ..adapters.registry import adapter_for
 from ..api.models import RLTuningJobSpec
 from ..settings import OperatorSettings, PodSecurityBounds
 from . import pods as pod_manifests
-from . import rayjob
+from . import podspec, rayjob
 
-PREFIX = "spec.resources.podTemplate"
+PREFIX = podspec.TEMPLATE_FIELD
 CHART = "the rltune chart's values"
 
 # Pod Security Standards, baseline "Sysctls": the safe set.
@@ -93,7 +93,7 @@ SAFE_SYSCTLS = frozenset(
 ALWAYS_ALLOWED_CAPS = frozenset({"NET_BIND_SERVICE"})
 # baseline "SELinux": the types a pod may set.
 SAFE_SELINUX_TYPES = frozenset({"", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"})
-CONTAINER_LISTS = pod_manifests.CONTAINER_LISTS
+CONTAINER_LISTS = podspec.CONTAINER_LISTS
 # restricted "Volume Types": the only volume sources a restricted pod may use.
 RESTRICTED_VOLUMES = frozenset(
     {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"}
@@ -252,7 +252,7 @@ def check_pod_template(
     if not isinstance(template, dict):
         return out
     b = bounds
-    out += [Violation(at, pod_manifests.DIRECTIVE_REFUSED) for at in pod_manifests.directive_paths(template, prefix)]
+    out += [Violation(at, podspec.DIRECTIVE_REFUSED) for at in podspec.directive_paths(template, prefix)]
     for ns in ("hostNetwork", "hostPID", "hostIPC"):
         if template.get(ns) is True and not b.allow_host_namespaces:
             out.append(
@@ -624,9 +624,9 @@ def _check_restricted(pod: dict, b: PodSecurityBounds, out: list[Violation]) -> 
 
 def _trace(rel: str, merged: Any, template: Any) -> Optional[str]:
     """The template's path of the merged pod's field `rel` (e.g. `.containers[1].securityContext`):
-    list items are matched by their merge key (pods.py's strategic merge), replaced lists by index.
+    list items are matched by their merge key (podspec.py's strategic merge), replaced lists by index.
     None: the template does not set it (the value is the operator's own)."""
-    m, t, lists = merged, template, pod_manifests.POD_MERGE_KEYS
+    m, t, lists = merged, template, podspec.POD_MERGE_KEYS
     key: Optional[str] = None
     sub: dict = {}
     out = ""
@@ -679,7 +679,7 @@ def check_pod_spec(
 def trial_pod_specs(spec: RLTuningJobSpec, settings: OperatorSettings) -> list[dict]:
     """The PodSpecs of the job's trial pods as pods.py / rayjob.py build them, the template merged: the
     baseline's first pod, or a verl/OpenRLHF trial's Ray head and worker pods. Raises
-    pods.PodTemplateError when the template cannot be merged."""
+    podspec.PodTemplateError when the template cannot be merged."""
     if adapter_for(spec.workload.framework) is not None:
         gpus = spec.resources.gpus_per_node
         return [rayjob._pod_template(spec, settings, {}, gpus, {}, head=head)["spec"] for head in (True, False)]
@@ -692,7 +692,7 @@ def trial_pod_specs(spec: RLTuningJobSpec, settings: OperatorSettings) -> list[d
 def check_job(spec: RLTuningJobSpec, settings: OperatorSettings) -> list[Violation]:
     """Everything the operator refuses of a job's pods before any exists: the podTemplate
     (`check_pod_template`), the job's own tolerations and Kueue priority class, and, when those are
-    fine, the trial pods as they would be created (`check_pod_spec`). Raises pods.PodTemplateError when
+    fine, the trial pods as they would be created (`check_pod_spec`). Raises podspec.PodTemplateError when
     the template cannot be merged."""
     b, r = settings.pod_security, spec.resources
     pool = settings.gpu_pool.tolerations

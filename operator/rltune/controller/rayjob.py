@@ -2,9 +2,9 @@
 
 One RayJob per trial (`<job>-<trial>`, deterministic: a re-create after a crash is 409, not a
 second trial): a RayCluster of one head pod and `nodes - 1` worker pods, each holding one node's
-GPUs on the GPU pool (the same affinity, selector, tolerations, requests and restricted security
-context as any trial pod, and the job's podTemplate merged into each by `pods.apply_template`, which
-restricts every container the template adds too), and KubeRay's submitter
+GPUs on the GPU pool (podspec.py's pod spec, as any trial pod's: the same affinity, selector,
+tolerations, requests and restricted security context, and the job's podTemplate merged into each by
+`podspec.apply_template`, which restricts every container the template adds too), and KubeRay's submitter
 (K8sJobMode) running the trial's command as the Ray job's entry point. KubeRay deletes the
 RayCluster when the job finishes (`shutdownAfterJobFinishes`); the operator deletes the RayJob when
 the trial ends, which removes everything it owns.
@@ -35,7 +35,7 @@ from ..api.metrics import KEY_ENV
 from ..api.models import RLConfig, RLTuningJobSpec
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
-from . import kueue, pods
+from . import kueue, podspec
 
 API_VERSION = "ray.io/v1"
 KIND = "RayJob"
@@ -51,7 +51,7 @@ SUBMITTER_RETRIES = 6
 
 
 def rayjob_name(job: str, trial: str) -> str:
-    return pods.dns_name(job, trial, limit=NAME_LIMIT)
+    return podspec.dns_name(job, trial, limit=NAME_LIMIT)
 
 
 def entrypoint(
@@ -96,42 +96,31 @@ def _pod_template(
     head: bool,
 ) -> dict:
     wl = spec.workload
-    env = [{"name": e.name, "value": e.value} for e in (wl.env or [])]
     container: dict[str, Any] = {
         "name": "trial",
         "image": wl.image,
-        "env": env,
-        "resources": pods.container_resources(spec, settings, gpus),
-        # the framework image's own user (Ray images run as uid 1000); the rest of "restricted"
-        "securityContext": copy.deepcopy(pods.RESTRICTED_CONTAINER_SECURITY),
+        "env": podspec.workload_env(spec),
+        "resources": podspec.container_resources(spec, settings, gpus),
+        "securityContext": copy.deepcopy(podspec.RESTRICTED_CONTAINER_SECURITY),
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    pod: dict[str, Any] = {
-        "containers": [container],
-        "tolerations": pods.tolerations_for(spec, settings),
-        "enableServiceLinks": False,
-        "automountServiceAccountToken": False,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
-    }
+    bridge: dict[str, Any] = {}
     if head:
         container["volumeMounts"] = [{"name": BRIDGE_VOLUME, "mountPath": BRIDGE_DIR}]
-        pod["volumes"] = [{"name": BRIDGE_VOLUME, "emptyDir": {}}]
-        pod["initContainers"] = [
+        bridge["volumes"] = [{"name": BRIDGE_VOLUME, "emptyDir": {}}]
+        bridge["initContainers"] = [
             {
                 "name": "rltune-bridge",
                 "image": settings.bridge_image,
                 "command": ["python", "-m", "rltune.adapters.bridge", "--install", BRIDGE_DIR],
                 "volumeMounts": [{"name": BRIDGE_VOLUME, "mountPath": BRIDGE_DIR}],
                 "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
-                "securityContext": copy.deepcopy(pods.RESTRICTED_CONTAINER_SECURITY),
+                "securityContext": copy.deepcopy(podspec.RESTRICTED_CONTAINER_SECURITY),
             }
         ]
-    selector = pods.pool_selector(spec, settings)
-    if selector:
-        pod["nodeSelector"] = selector
-    if pods.uses_gpu_resource(spec) and spec.resources.gpu_product_affinity:
-        pod["affinity"] = pods.product_affinity(spec.resources.gpu_type)
-    pod = pods.apply_template(pod, spec.resources.pod_template)
+    # uid None: the framework image's own user (Ray images run as uid 1000)
+    pod = podspec.base_pod_spec(spec, settings, container, None, **bridge)
+    pod = podspec.apply_template(pod, spec.resources.pod_template)
     return {"metadata": {"labels": dict(labels), "annotations": dict(annotations)}, "spec": pod}
 
 
@@ -153,14 +142,9 @@ def rayjob_manifest(
     settings = settings or current_settings()
     lay = spec.layout(config)
     gpus, nodes, per_node = lay.gpus, lay.nodes, spec.resources.gpus_per_node
-    labels = {
-        pods.LABEL_JOB: job,
-        pods.LABEL_TRIAL: trial,
-        "app.kubernetes.io/name": "rltune-trial",
-        "app.kubernetes.io/managed-by": "rltune",
-    }
-    notes = {pods.ANNOTATION_GPUS: str(gpus)}
-    head = _pod_template(spec, settings, labels | {pods.LABEL_RANK: "0"}, min(gpus, per_node), notes, head=True)
+    labels = podspec.trial_labels(job, trial)
+    notes = podspec.trial_annotations(gpus)
+    head = _pod_template(spec, settings, labels | {podspec.LABEL_RANK: "0"}, min(gpus, per_node), notes, head=True)
     if metrics_key:
         trial_container = next(c for c in head["spec"]["containers"] if c.get("name") == "trial")
         trial_container.setdefault("env", []).append({"name": KEY_ENV, "value": metrics_key})
@@ -171,7 +155,7 @@ def rayjob_manifest(
         "headGroupSpec": {"rayStartParams": {"dashboard-host": "0.0.0.0"}, "template": head},
     }
     if nodes > 1:
-        worker = _pod_template(spec, settings, labels | {pods.LABEL_RANK: "worker"}, per_node, notes, head=False)
+        worker = _pod_template(spec, settings, labels | {podspec.LABEL_RANK: "worker"}, per_node, notes, head=False)
         cluster["workerGroupSpecs"] = [
             {
                 "groupName": WORKER_GROUP,
@@ -183,19 +167,19 @@ def rayjob_manifest(
             }
         ]
     submitter = {
-        "metadata": {"labels": labels | {pods.LABEL_RANK: "submitter"}},
+        "metadata": {"labels": labels | {podspec.LABEL_RANK: "submitter"}},
         "spec": {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
             "enableServiceLinks": False,
-            "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            "securityContext": podspec.pod_security(None),
             "containers": [
                 {
                     # no command: KubeRay fills in `ray job submit ... -- <entrypoint>` (K8sJobMode)
                     "name": "ray-job-submitter",
                     "image": spec.workload.image,
                     "resources": {"requests": {"cpu": "200m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-                    "securityContext": copy.deepcopy(pods.RESTRICTED_CONTAINER_SECURITY),
+                    "securityContext": copy.deepcopy(podspec.RESTRICTED_CONTAINER_SECURITY),
                 }
             ],
         },
@@ -257,7 +241,7 @@ def pods_of(manifest: dict) -> list[dict]:
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
-                "name": pods.dns_name(md["name"], group),
+                "name": podspec.dns_name(md["name"], group),
                 "namespace": md["namespace"],
                 "labels": dict(g["template"]["metadata"].get("labels") or {}),
             },

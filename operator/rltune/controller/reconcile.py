@@ -29,7 +29,7 @@ from ..api.status import ACTIVE_STATES, FailureCause, Phase, RLTuningJobStatus, 
 from ..settings import OperatorSettings
 from ..settings import current as current_settings
 from ..tuner import lifecycle, records
-from . import endpoints, kueue, netpol, placement, podsecurity, prom, rayjob, trialkeys
+from . import endpoints, kueue, netpol, placement, podsecurity, podspec, prom, rayjob, trialkeys
 from . import pods as pod_manifests
 
 log = logging.getLogger("rltune.controller")
@@ -184,7 +184,7 @@ def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
         raise InvalidSpec("; ".join(problems[:4]))
     try:  # the podTemplate, the job's tolerations and priority class, and the trial pods it makes
         bad = podsecurity.check_job(spec, settings)
-    except pod_manifests.PodTemplateError as e:
+    except podspec.PodTemplateError as e:
         raise InvalidSpec(str(e), "InvalidPodTemplate") from None
     if bad:
         raise InvalidSpec("; ".join(f"{v.field}: {v.message}" for v in bad[:4]), "PodSecurityViolation")
@@ -296,12 +296,12 @@ class Reconciler:
             lifecycle.set_condition(status, "QueueAvailable", "True", "Kueue", msg, gen, now)
         pods_by_trial: dict[str, list[dict]] = defaultdict(list)
         for p in self.cluster.list_trial_pods(namespace, name) if pods is None else pods:
-            pods_by_trial[p["metadata"]["labels"].get(pod_manifests.LABEL_TRIAL, "")].append(p)
+            pods_by_trial[p["metadata"]["labels"].get(podspec.LABEL_TRIAL, "")].append(p)
         if not on_ray:
             rayjobs = []
         elif rayjobs is None:
             rayjobs = self.cluster.list_rayjobs(namespace, name)
-        rayjobs = {r["metadata"]["labels"].get(pod_manifests.LABEL_TRIAL, ""): r for r in rayjobs}
+        rayjobs = {r["metadata"]["labels"].get(podspec.LABEL_TRIAL, ""): r for r in rayjobs}
         if on_ray:
             lifecycle.set_condition(
                 status, "RayAvailable", "True", "KubeRay", "trials run as KubeRay RayJobs", gen, now
@@ -378,7 +378,7 @@ class Reconciler:
             n = nodes_for(t.gpus or 1, records.spec_of_trial(spec, t).resources.gpus_per_node)
             if t.id in rayjobs or adapter_for(spec.workload.framework) is not None:
                 # a RayJob: the head and workers hold the GPUs; the Ray job's status says how it ended
-                pods = [p for p in pods if p["metadata"]["labels"].get(pod_manifests.LABEL_RANK) != "submitter"]
+                pods = [p for p in pods if p["metadata"]["labels"].get(podspec.LABEL_RANK) != "submitter"]
                 ok, why = rayjob.outcome(rayjobs.get(t.id))
                 failed = [p for p in pods if pod_manifests.pod_phase(p) == "Failed"]
                 placed = len(pods) >= n and all(pod_manifests.is_scheduled(p) for p in pods)
@@ -386,7 +386,7 @@ class Reconciler:
                 failure = why or (pod_manifests.failure_reason(failed[0]) if failed else "")
                 lost = False  # KubeRay re-creates lost Ray pods itself
             else:
-                rank0 = next((p for p in pods if p["metadata"]["labels"].get(pod_manifests.LABEL_RANK) == "0"), None)
+                rank0 = next((p for p in pods if p["metadata"]["labels"].get(podspec.LABEL_RANK) == "0"), None)
                 failed = [p for p in pods if pod_manifests.pod_phase(p) == "Failed"]
                 placed = len(pods) >= n and all(pod_manifests.is_scheduled(p) for p in pods)
                 done = t.state != TrialState.PENDING and (
@@ -539,7 +539,7 @@ class Reconciler:
             self.cluster.delete_trial(ns, name, trial, body["metadata"].get("uid", ""))
         unfenced: set[str] = set()  # trials whose NetworkPolicy was not created: no pods for them this tick
         for m in create:
-            trial = (m["metadata"].get("labels") or {}).get(pod_manifests.LABEL_TRIAL, "")
+            trial = (m["metadata"].get("labels") or {}).get(podspec.LABEL_TRIAL, "")
             if trial in unfenced:
                 continue
             try:
