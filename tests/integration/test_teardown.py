@@ -138,7 +138,7 @@ def test_teardown_deletes_only_what_the_job_owns(crd, namespace, core):
     net.create_namespaced_network_policy(namespace, policy("web-baseline-mine", "baseline", mine))
 
     cluster = KubeCluster(api)
-    ray = cluster.serves_rayjobs()
+    ray = cluster.serves(trial_rayjobs.KIND)
     if ray:
         for name, owner in (("web-baseline", theirs), ("web-baseline-mine", mine)):
             custom.create_namespaced_custom_object(

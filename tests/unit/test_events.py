@@ -58,8 +58,8 @@ class RecordingCluster:
         assert uid == "u-1", uid  # the job's UID: teardown deletes only what it owns
         self.calls.append(f"delete_trial {trial}")
 
-    def serves_rayjobs(self):
-        self.calls.append("serves_rayjobs")
+    def serves(self, kind):
+        self.calls.append(f"serves {kind}")
         return False
 
 

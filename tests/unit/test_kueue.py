@@ -126,10 +126,7 @@ class NoKueueCluster:
         self.body = dict(self.body, status=status)
         return self.body
 
-    def serves_rayjobs(self):
-        return False
-
-    def serves_localqueues(self):
+    def serves(self, kind):
         return False
 
     def create(self, manifest):

@@ -12,12 +12,16 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from ..api.crdgen import GROUP, PLURAL, VERSION
-from . import netpol, podspec, rayjob
+from . import kueue, netpol, podspec, rayjob
 from .reconcile import Conflict, Refusal
 
 log = logging.getLogger("rltune.controller")
 NODE_CACHE_SECONDS = 10.0
-KUBERAY_CACHE_SECONDS = 60.0
+DISCOVERY_CACHE_SECONDS = 60.0
+OPTIONAL_KINDS = {  # kind -> (group, version, plural)
+    rayjob.KIND: (rayjob.GROUP, rayjob.VERSION, rayjob.PLURAL),
+    kueue.LOCALQUEUE_KIND: (kueue.GROUP, kueue.VERSION, kueue.LOCALQUEUES),
+}
 
 
 class KubeCluster:
@@ -34,7 +38,7 @@ class KubeCluster:
         self._api = api_client
         self.group, self.version, self.plural = group, version, plural
         self._nodes: Optional[tuple[float, list[dict]]] = None
-        self._kuberay: Optional[tuple[float, bool]] = None
+        self._served: dict[str, tuple[float, bool]] = {}  # kind -> (when asked, whether served)
 
     @functools.cached_property
     def api(self) -> client.ApiClient:
@@ -134,44 +138,25 @@ class KubeCluster:
         else:
             raise ValueError(kind)
 
-    def serves_rayjobs(self) -> bool:
-        """Whether the KubeRay operator's RayJob kind (ray.io/v1) is installed; checked once a minute."""
+    def serves(self, kind: str) -> bool:
+        """Whether the cluster serves an optional kind rltune can use (OPTIONAL_KINDS: KubeRay's RayJob,
+        Kueue's LocalQueue); asked of API discovery once a minute per kind."""
+        group, version, plural = OPTIONAL_KINDS[kind]
         now = time.monotonic()
-        if self._kuberay is None or now - self._kuberay[0] > KUBERAY_CACHE_SECONDS:
+        cached = self._served.get(kind)
+        if cached is None or now - cached[0] > DISCOVERY_CACHE_SECONDS:
             try:
-                found = any(
-                    r.name == rayjob.PLURAL
-                    for r in self.custom.get_api_resources(rayjob.GROUP, rayjob.VERSION).resources
-                )
+                found = any(r.name == plural for r in self.custom.get_api_resources(group, version).resources)
             except ApiException as e:
                 if e.status != 404:
                     raise
                 found = False
-            self._kuberay = (now, found)
-        return self._kuberay[1]
-
-    def serves_localqueues(self) -> bool:
-        """Whether Kueue's LocalQueue kind (kueue.x-k8s.io/v1beta1) is installed; checked once a minute."""
-        from . import kueue
-
-        now = time.monotonic()
-        cached = getattr(self, "_kueue", None)
-        if cached is None or now - cached[0] > KUBERAY_CACHE_SECONDS:
-            try:
-                found = any(
-                    r.name == kueue.LOCALQUEUES
-                    for r in self.custom.get_api_resources(kueue.GROUP, kueue.VERSION).resources
-                )
-            except ApiException as e:
-                if e.status != 404:
-                    raise
-                found = False
-            self._kueue = (now, found)
-        return self._kueue[1]
+            self._served[kind] = cached = (now, found)
+        return cached[1]
 
     def list_rayjobs(self, namespace: str, job: str) -> list[dict]:
         """The job's trial RayJobs ([] without KubeRay)."""
-        if not self.serves_rayjobs():
+        if not self.serves(rayjob.KIND):
             return []
         res = self.custom.list_namespaced_custom_object(
             rayjob.GROUP, rayjob.VERSION, namespace, rayjob.PLURAL, label_selector=f"{podspec.LABEL_JOB}={job}"
@@ -196,7 +181,7 @@ class KubeCluster:
         sel = f"{podspec.LABEL_JOB}={job},{podspec.LABEL_TRIAL}={trial}"
         try:
             ray_owners: set[tuple[str, str, str]] = set()  # (apiVersion, kind, name) owning the trial's Ray pods
-            if self.serves_rayjobs():
+            if self.serves(rayjob.KIND):
                 # first, so that KubeRay does not re-create the pods deleted below
                 res = self.custom.list_namespaced_custom_object(
                     rayjob.GROUP, rayjob.VERSION, namespace, rayjob.PLURAL, label_selector=sel

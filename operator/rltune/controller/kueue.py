@@ -34,6 +34,7 @@ from ..api.models import RLTuningJobSpec
 from ..settings import OperatorSettings
 
 GROUP, VERSION, LOCALQUEUES = "kueue.x-k8s.io", "v1beta1", "localqueues"
+LOCALQUEUE_KIND = "LocalQueue"
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 POD_GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"

@@ -102,8 +102,7 @@ class Cluster(Protocol):
     def list_nodes(self) -> list[dict]: ...  # the cluster's nodes (may be a few seconds old)
     def refusal(self, manifest: dict) -> Optional[Refusal]: ...  # server-side dry run of a create
     def delete_trial(self, namespace: str, job: str, trial: str, uid: str) -> None: ...  # only what job `uid` owns
-    def serves_rayjobs(self) -> bool: ...  # the KubeRay operator's RayJob kind is installed
-    def serves_localqueues(self) -> bool: ...  # Kueue's LocalQueue kind (kueue.x-k8s.io/v1beta1) is installed
+    def serves(self, kind: str) -> bool: ...  # an optional kind is installed (rayjob.KIND, kueue.LOCALQUEUE_KIND)
     def list_rayjobs(self, namespace: str, job: str) -> list[dict]: ...
 
 
@@ -280,14 +279,14 @@ class Reconciler:
             self._commit(body, status, d, [], spec=None)
             return d.status.phase
         on_ray = adapter_for(spec.workload.framework) is not None
-        if on_ray and not self.cluster.serves_rayjobs():
+        if on_ray and not self.cluster.serves(rayjob.KIND):
             d = lifecycle.wait_for(
                 status, "RayAvailable", "KubeRayMissing", NO_KUBERAY.format(spec.workload.framework), gen, now
             )
             self._commit(body, status, d, [], spec)
             return d.status.phase
         queue = kueue.queue_for(spec, self.settings)
-        if queue and not self.cluster.serves_localqueues():
+        if queue and not self.cluster.serves(kueue.LOCALQUEUE_KIND):
             d = lifecycle.wait_for(status, "QueueAvailable", "KueueMissing", kueue.NO_KUEUE.format(queue), gen, now)
             self._commit(body, status, d, [], spec)
             return d.status.phase
