@@ -3,8 +3,9 @@
     python -m bench.forecast [--set seed|generated] [--jobs NAME,...] [--seeds 20] [--first-seed 0]
                              [--budget 16] [--json FILE]
 
-Runs rltune's search on each benchmark job exactly as `make bench` does (bench.run.run_rltune:
-same baseline, same noisy twin trials, same seeds) and keeps, for every scored trial, what the
+Runs rltune on each benchmark job exactly as `make bench` does (bench.run.run_rltune: the
+product's own loop on the in-process twin backend, same baseline, same noisy twin trials, same
+seeds) and keeps, for every scored trial, what the
 forecaster predicted before the trial ran and what the trial measured. It prints
 
 - the headline of docs/benchmark.md (median over jobs of each job's median over seeds of one run's
