@@ -24,7 +24,6 @@ RECORDED = REPO / "tests/fixtures/logs/verl-0.9.1.log"
 
 
 def main(argv: list[str]) -> int:
-    sys.path.insert(0, str(REPO / "operator"))
     from rltune.adapters.verl import verl
     from rltune.adapters.verl_loader import compose
     from rltune.api.models import ModelSpec, RLConfig, TaskSpec, TrialSpec
