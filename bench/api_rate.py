@@ -33,10 +33,11 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 import yaml
 
-from bench.paths import ROOT, STATE, hack_module
-
-demo = hack_module("demo")  # hack/demo.py
-testbed = hack_module("testbed")  # hack/testbed.py
+from bench.paths import ROOT, STATE
+from hack import demo
+from hack.bed import lifecycle, pki, pools
+from hack.bed.network import PROMETHEUS_URL, PUSHGATEWAY_URL
+from hack.bed.paths import AUDIT_LOG, KUBECONFIG
 
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
 
@@ -45,9 +46,9 @@ def bed_env() -> dict[str, str]:
     bins = subprocess.run([str(ROOT / "hack" / "binaries.sh"), "--print"], capture_output=True, text=True).stdout
     env = dict(os.environ)
     env.update(
-        KUBECONFIG=str(testbed.KUBECONFIG),
-        RLTUNE_PROMETHEUS_URL=testbed.PROMETHEUS_URL,
-        RLTUNE_PUSHGATEWAY_URL=testbed.PUSHGATEWAY_URL,
+        KUBECONFIG=str(KUBECONFIG),
+        RLTUNE_PROMETHEUS_URL=PROMETHEUS_URL,
+        RLTUNE_PUSHGATEWAY_URL=PUSHGATEWAY_URL,
         PATH=f"{bins.strip()}{os.pathsep}{os.environ.get('PATH', '')}",
     )
     return env
@@ -103,13 +104,13 @@ def operator_requests(path: Path, offset: int, t0: float, t1: float):
     with open(path, errors="replace") as f:
         f.seek(offset)
         for line in f:
-            if testbed.OPERATOR_USER not in line:
+            if pki.OPERATOR_USER not in line:
                 continue
             try:
                 ev = json.loads(line)
             except ValueError:
                 continue
-            if (ev.get("user") or {}).get("username") != testbed.OPERATOR_USER:
+            if (ev.get("user") or {}).get("username") != pki.OPERATOR_USER:
                 continue
             try:
                 t = datetime.fromisoformat(ev.get("requestReceivedTimestamp", "")).timestamp()
@@ -154,8 +155,8 @@ def table(events: list[dict], window: float) -> str:
 
 
 def run(args: argparse.Namespace) -> dict:
-    if not testbed.is_up():
-        testbed.up(wait=True)
+    if not lifecycle.is_up():
+        lifecycle.up(wait=True)
     env = bed_env()
     demo.apply_crd(env)
     root = Path(args.operator_root).resolve()
@@ -163,14 +164,14 @@ def run(args: argparse.Namespace) -> dict:
     pool = f"rlt-bench-{uuid.uuid4().hex[:4]}"
     from kubernetes import client, config
 
-    core = client.CoreV1Api(config.new_client_from_config(str(testbed.KUBECONFIG)))
+    core = client.CoreV1Api(config.new_client_from_config(str(KUBECONFIG)))
     demo.ensure_namespace(env, ns)
-    node = testbed.node_manifest(pool, 0, "B300", 8, "224", "4Ti")
+    node = pools.node_manifest(pool, 0, "B300", 8, "224", "4Ti")
     node["spec"]["taints"].append({"key": "rltune.io/bench-pool", "value": pool, "effect": "NoSchedule"})
     core.create_node(node)
-    testbed.create_pool(core, pool, "B300", nodes=1, gpus_per_node=8)
+    pools.create(core, pool, "B300", nodes=1, gpus_per_node=8)
     core.create_namespaced_pod(ns, blocker_pod(ns, pool))
-    op_env = dict(env, KUBECONFIG=str(testbed.operator_kubeconfig()))
+    op_env = dict(env, KUBECONFIG=str(pki.operator_kubeconfig()))
     # the bench's jobs tolerate its pool's taint: the admin allows it (chart value podSecurity.allowedTolerationKeys)
     op_env["RLTUNE_POD_SECURITY"] = json.dumps({"allowedTolerationKeys": ["nvidia.com/gpu", "rltune.io/bench-pool"]})
     op_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root / "operator"), os.environ.get("PYTHONPATH", "")]))
@@ -197,12 +198,12 @@ def run(args: argparse.Namespace) -> dict:
                 raise SystemExit(f"jobs did not settle (operator rc {op.poll()}); see {log}")
             time.sleep(2)
         time.sleep(args.settle)
-        offset = testbed.AUDIT_LOG.stat().st_size
+        offset = AUDIT_LOG.stat().st_size
         t0 = time.time()
         time.sleep(args.window)
         t1 = time.time()
         time.sleep(1)  # the audit log is written synchronously; a request still in flight ends now
-        events = operator_requests(testbed.AUDIT_LOG, offset, t0, t1)
+        events = operator_requests(AUDIT_LOG, offset, t0, t1)
         per_job = Counter(job_of(e) for e in events)
         out["requests"] = len(events)
         out["per_second"] = round(len(events) / (t1 - t0), 3)
@@ -229,7 +230,7 @@ def run(args: argparse.Namespace) -> dict:
         demo.kubectl(env, "delete", "rltuningjobs", "--all", "-n", ns, "--wait=true", "--timeout=120s", check=False)
         demo.stop_operator(op)
         demo.kubectl(env, "delete", "namespace", ns, "--wait=false", check=False)
-        testbed.delete_pool(core, pool)
+        pools.delete(core, pool)
     return out
 
 

@@ -43,10 +43,10 @@ from pathlib import Path
 import yaml
 
 from bench import api_rate
-from bench.paths import ROOT, STATE, hack_module
-
-demo = hack_module("demo")  # hack/demo.py
-testbed = hack_module("testbed")  # hack/testbed.py
+from bench.paths import ROOT, STATE
+from hack import demo
+from hack.bed import kueue, lifecycle, pki, pools, processes
+from hack.bed.paths import AUDIT_LOG, KUBECONFIG
 
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"
 TAINT = "rltune.io/bench-pool"
@@ -99,14 +99,14 @@ def make_pool(core, pool: str, nodes: int, gpus_per_node: int) -> None:
     from kubernetes.client.rest import ApiException
 
     for i in range(nodes):
-        node = testbed.node_manifest(pool, i, "B300", gpus_per_node, "224", "4Ti")
+        node = pools.node_manifest(pool, i, "B300", gpus_per_node, "224", "4Ti")
         node["spec"]["taints"].append({"key": TAINT, "value": pool, "effect": "NoSchedule"})
         try:
             core.create_node(node)
         except ApiException as e:
             if e.status != 409:
                 raise
-    testbed.create_pool(core, pool, "B300", nodes=nodes, gpus_per_node=gpus_per_node, timeout=300)
+    pools.create(core, pool, "B300", nodes=nodes, gpus_per_node=gpus_per_node, timeout=300)
 
 
 # ----------------------------------------------------------------------------- watches
@@ -321,12 +321,12 @@ def pct(xs: list[float], q: float) -> float | None:
 
 # ----------------------------------------------------------------------------- one run
 def run_mode(mode: str, args: argparse.Namespace, env: dict, core, custom, pool: str) -> dict:
-    kueue = mode == "kueue"
+    queued = mode == "kueue"
     ns = f"rltune-load-{mode}-{uuid.uuid4().hex[:5]}"
     demo.ensure_namespace(env, ns)
     pool_gpus = args.nodes * args.gpus_per_node
-    queue_docs = testbed.queue_objects(ns, args.quota) if kueue else []
-    if kueue:
+    queue_docs = kueue.queue_objects(ns, args.quota) if queued else []
+    if queued:
         demo.kubectl(env, "apply", "-f", "-", input="\n---\n".join(json.dumps(d) for d in queue_docs))
         deadline = time.time() + 60
         while True:
@@ -337,22 +337,22 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict, core, custom, pool:
             if time.time() > deadline:
                 raise SystemExit(f"ClusterQueue cq-{ns} not Active after 60 s")
             time.sleep(1)
-    docs = job_docs(ns, args, pool, "lq" if kueue else None)
+    docs = job_docs(ns, args, pool, "lq" if queued else None)
     budgets = {d["metadata"]["name"]: d["spec"]["resources"]["gpuBudget"] for d in docs}
-    limit, limit_name = (args.quota, "quota") if kueue else (pool_gpus, "pool")
+    limit, limit_name = (args.quota, "quota") if queued else (pool_gpus, "pool")
     ledger = GpuLedger(core, ns, budgets, limit, limit_name, pool_gpus)
     jobs = JobWatch(custom, ns)
-    op_env = dict(env, KUBECONFIG=str(testbed.operator_kubeconfig()))
+    op_env = dict(env, KUBECONFIG=str(pki.operator_kubeconfig()))
     # the bench's jobs tolerate its pool's taint: the admin allows it (chart value podSecurity.allowedTolerationKeys)
     op_env["RLTUNE_POD_SECURITY"] = json.dumps({"allowedTolerationKeys": ["nvidia.com/gpu", TAINT]})
     op_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "operator"), os.environ.get("PYTHONPATH", "")]))
     log = STATE / f"load-{ns}.log"
-    offset = testbed.AUDIT_LOG.stat().st_size
+    offset = AUDIT_LOG.stat().st_size
     t0 = time.time()
     op = demo.start_operator(op_env, log, namespaces=(ns,), metrics_port=0)
     sampler = ProcSampler(op.pid)
     out: dict = {"mode": mode, "namespace": ns, "jobs": args.jobs, "operator_log": str(log)}
-    print(f"\n== {mode}: {args.jobs} jobs in {ns}" + (f", ClusterQueue quota {args.quota} GPUs" if kueue else ""))
+    print(f"\n== {mode}: {args.jobs} jobs in {ns}" + (f", ClusterQueue quota {args.quota} GPUs" if queued else ""))
     try:
         demo.kubectl(env, "apply", "-f", "-", input="\n---\n".join(yaml.safe_dump(d) for d in docs))
         t_applied = time.time()
@@ -382,7 +382,7 @@ def run_mode(mode: str, args: argparse.Namespace, env: dict, core, custom, pool:
         time.sleep(2)  # results written at the end: let both watches catch up
         ledger.stop()
         jobs.stop()
-        events = api_rate.operator_requests(testbed.AUDIT_LOG, offset, t0, t1)
+        events = api_rate.operator_requests(AUDIT_LOG, offset, t0, t1)
         by_kind = Counter(api_rate.describe(e) for e in events)
         lat, lat_pod_seen, lat_noticed = [], [], []
         for key, (seen, _state, finished) in jobs.result_seen.items():
@@ -498,15 +498,15 @@ def main(argv: list[str] | None = None) -> int:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if any(m not in ("kueue", "plain") for m in modes):
         ap.error("--modes: kueue and/or plain")
-    if not testbed.is_up():
-        testbed.up(wait=True)
-    if "kueue" in modes and not (testbed.kueue_enabled() and testbed.running_pid(testbed.KUEUE)):
+    if not lifecycle.is_up():
+        lifecycle.up(wait=True)
+    if "kueue" in modes and not (kueue.enabled() and processes.running_pid(kueue.NAME)):
         raise SystemExit("Kueue is off on this bed: hack/testbed.py kueue on (or --modes plain)")
     env = api_rate.bed_env()
     demo.apply_crd(env)
     from kubernetes import client, config
 
-    api = config.new_client_from_config(str(testbed.KUBECONFIG))
+    api = config.new_client_from_config(str(KUBECONFIG))
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     pool = f"rlt-load-{uuid.uuid4().hex[:4]}"
     t = time.time()
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         for mode in modes:
             runs.append(run_mode(mode, args, env, core, custom, pool))
     finally:
-        testbed.delete_pool(core, pool)
+        pools.delete(core, pool)
     shape = {k: getattr(args, k) for k in ("jobs", "nodes", "gpus_per_node", "quota", "shapes", "max_trials", "steps")}
     shape["confirm_steps"] = args.confirm_steps
     print(f"\n{args.jobs} jobs ({args.shapes}; maxTrials {args.max_trials}, {args.steps} steps), {args.nodes} nodes")

@@ -22,12 +22,9 @@ import time
 from pathlib import Path
 from typing import Optional
 
-REPO = Path(__file__).resolve().parents[1]
-if not __package__:  # run as a file: its folder, hack/, is on sys.path; the folder that holds `hack` may not be
-    if str(REPO) not in sys.path:
-        sys.path.insert(0, str(REPO))
+from hack.bed import binaries, network, paths  # `hack` is installed with the project (pyproject.toml)
 
-from hack.bed import binaries, network, paths  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 CRD = REPO / "crds" / "rltuningjobs.yaml"
 CHART = REPO / "helm" / "rltune"

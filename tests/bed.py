@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -19,13 +18,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hack.bed import binaries, lifecycle, network, paths, pools  # installed with the project (pyproject.toml)
+
 REPO = Path(__file__).resolve().parent.parent
-# the repository root, where the package `hack` is: `python -m pytest` from the root has it on
-# sys.path, a plain `pytest` (its script's folder first) does not, and pyproject.toml's pytest
-# settings name no `pythonpath`
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-from hack.bed import binaries, lifecycle, network, paths, pools  # noqa: E402
 
 create_pool = pools.create  # create_pool(api, name, gpu_type, nodes, gpus_per_node, ...)
 delete_pool = pools.delete  # delete_pool(api, name)

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack import demo
-from hack.bed import kuberay
 
 import bed as bedlib
+from hack import demo
+from hack.bed import kuberay
 from rltune.adapters import registry
 from rltune.api.models import RLTuningJobSpec
 from rltune.controller import pods as pod_manifests

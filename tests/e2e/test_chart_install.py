@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack import demo
 
 import bed as bedlib
+from hack import demo
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"

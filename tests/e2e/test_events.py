@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack import demo
-from hack.bed import pki
 from test_operator import job as get_job
 from test_operator import kubectl, wait
 
 import bed as bedlib
+from hack import demo
+from hack.bed import pki
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"

@@ -26,9 +26,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack import demo
 
 import bed as bedlib
+from hack import demo
 from loopback import Loopback, Quiet
 
 ROOT = Path(__file__).resolve().parents[2]

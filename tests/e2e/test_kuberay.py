@@ -17,9 +17,9 @@ import time
 
 import pytest
 import yaml
-from hack.bed import kuberay
 
 import bed as bedlib
+from hack.bed import kuberay
 from rltune.controller.rayjob import SUBMITTER_RETRIES
 
 pytestmark = [pytest.mark.bed, pytest.mark.slow]

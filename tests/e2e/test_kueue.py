@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack.bed import kuberay, kueue, processes
 
 import bed as bedlib
+from hack.bed import kuberay, kueue, processes
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack import demo
-from hack.bed import pki
 from kubernetes import client
 from test_operator import env_for, job, kubectl, wait  # tests/e2e/test_operator.py
 
 import bed as bedlib
+from hack import demo
+from hack.bed import pki
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "twin-demo.yaml"

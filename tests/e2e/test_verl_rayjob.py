@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack.bed import kuberay
 from test_operator import job, kubectl, operator, wait  # noqa: F401 - the operator fixture
 
 import bed as bedlib
+from hack.bed import kuberay
 from rltune.adapters.registry import adapter_for
 from rltune.adapters.verl_loader import compose
 

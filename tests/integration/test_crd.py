@@ -11,6 +11,7 @@ import subprocess
 
 import pytest
 import yaml
+
 from hack.demo import wait_crd_established
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -37,10 +37,10 @@ from typing import Callable, Optional
 import pytest
 import requests
 import yaml
-from hack.bed import pools
-from hack.demo import wait_crd_established
 
 import bed as bedlib
+from hack.bed import pools
+from hack.demo import wait_crd_established
 from rltune.api.crdgen import GROUP, PLURAL, VERSION
 from rltune.api.layout import nodes_for
 from rltune.controller import pods as pod_manifests

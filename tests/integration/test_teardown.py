@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack.demo import wait_crd_established
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 import bed as bedlib
+from hack.demo import wait_crd_established
 from rltune.api.crdgen import GROUP, PLURAL, VERSION
 from rltune.controller import rayjob as trial_rayjobs
 from rltune.controller.kube import KubeCluster

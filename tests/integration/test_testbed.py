@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 import yaml
-from hack.bed import binaries, components, images, kwok, paths, pools, processes
 
 import bed as bedlib
+from hack.bed import binaries, components, images, kwok, paths, pools, processes
 
 
 # ----------------------------------------------------------------------------- no bed needed

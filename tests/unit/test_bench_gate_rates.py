@@ -6,7 +6,6 @@ import json
 from bench import gate_rates
 from bench.confirm import QualityTrials
 from bench.jobs import jobs as bench_jobs
-
 from rltune.api.models import RLTuningJobSpec
 from rltune.tuner import baseline_record
 

@@ -1,6 +1,7 @@
 """bench.priors recovers the per-knob prior sds that generated a set of jobs' residuals."""
 
 import numpy as np
+
 from bench.priors import fit_side, upper_bound
 
 

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from bench.rejudge import RESULTS, Rejudged, rejudge_job, render
 from bench.run import select_jobs
 

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from bench.confirm import Confirmation
 from bench.jobs import FRESH_PREFIX, fresh_jobs, generated_jobs, jobs
 from bench.run import (
@@ -17,7 +18,6 @@ from bench.run import (
     select_jobs,
     tuning_cost,
 )
-
 from rltune.api.models import RLTuningJobSpec
 from rltune.api.status import TrialState
 from rltune.tuner import Tuner, records, summarize

@@ -1,7 +1,8 @@
 """bench.yardstick: the noiseless yardstick against the twin's noisy steps."""
 
-import bench.oracle
 import pytest
+
+import bench.oracle
 from bench.oracle import expected_steps
 from bench.yardstick import Contender, JobYardstick, measure_job
 
@@ -55,7 +56,6 @@ def test_a_real_job_measures_both_yardsticks_with_common_random_numbers():
 
 def test_an_infeasible_configuration_has_no_noisy_steps():
     from bench.run import select_jobs
-
     from rltune.api.models import RLTuningJobSpec
 
     job = select_jobs("gen-07-qwen3-30b-a3b-gb200-math", "generated")[0]
@@ -70,7 +70,6 @@ def test_bench_run_judges_by_the_mean_of_common_random_noisy_steps():
     import statistics
 
     from bench.run import JobTrials, select_jobs
-
     from rltune.api.models import RLTuningJobSpec
 
     job = select_jobs("gen-07-qwen3-30b-a3b-gb200-math", "generated")[0]

@@ -5,9 +5,9 @@ import math
 
 import numpy as np
 import pytest
-from bench.jobs import CODING  # the benchmark's agentic task: 30 turns, 20k mean, 65k max response
 from test_tuner_fixtures import job, steps
 
+from bench.jobs import CODING  # the benchmark's agentic task: 30 turns, 20k mean, 65k max response
 from rltune.api.models import RLConfig
 from rltune.tuner import Forecaster, physics, summarize
 from rltune.tuner.forecast import step_variance

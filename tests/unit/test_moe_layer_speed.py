@@ -8,7 +8,6 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from bench import moe_layer_speed  # noqa: E402
-
 from rltune.api.models import ModelArch  # noqa: E402
 
 TOY = ModelArch(

@@ -5,9 +5,9 @@ cross the NICs (and not those inside an NVL72 rack), and a tuning run on the twi
 configuration where the knob ranges of one node gave nothing that fits."""
 
 import pytest
+
 from bench.oracle import true_objective
 from bench.run import measured_baseline, run_rltune
-
 from rltune.api.hardware import gpu
 from rltune.api.models import RLTuningJobSpec
 from rltune.api.status import TrialState

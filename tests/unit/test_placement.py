@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hack.bed import pools
 
+from hack.bed import pools
 from rltune.api.hardware import CATALOG
 from rltune.api.models import RLTuningJobSpec
 from rltune.controller import pods as pod_manifests

@@ -5,11 +5,11 @@ lifecycle's one confirming trial in the cheaper pool."""
 import statistics
 
 import pytest
-from bench.run import JobTrials, measured_baseline, run_rltune, select_jobs
 from pydantic import ValidationError
 from test_lifecycle import drive, ok, truth
 from test_tuner_fixtures import job, steps
 
+from bench.run import JobTrials, measured_baseline, run_rltune, select_jobs
 from rltune.api.models import GpuPool, RLTuningJobSpec, pool_spec
 from rltune.api.status import Phase, TrialState
 from rltune.tuner import Tuner, lifecycle

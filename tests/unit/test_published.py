@@ -3,9 +3,9 @@
 import math
 
 import pytest
+
 from bench import calibrate
 from bench import published as published_bench
-
 from rltune.api.models import RLConfig, TaskSpec
 from rltune.twin import simulate_step_breakdown
 

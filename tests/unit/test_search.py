@@ -68,7 +68,6 @@ def test_every_configuration_the_search_enumerates_is_in_the_form_rlconfig_keeps
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from bench.jobs import generated_jobs
     from bench.run import enumerate_space
-
     from rltune.api.models import RLTuningJobSpec
 
     checked = 0
@@ -179,7 +178,6 @@ def _gen10_after_first_trial():
     TP 4): the physics ranks a rollout TP 1 half 12% slower than TP 4, and no trial has measured TP 1."""
     from bench.jobs import generated_jobs
     from bench.run import measured_baseline, run_rltune
-
     from rltune.api.models import RLTuningJobSpec
 
     job = next(j for j in generated_jobs() if j["metadata"]["name"].startswith("gen-10"))

@@ -260,8 +260,8 @@ def test_noiseless_agentic_draws_are_independent_per_turn_as_in_the_noisy_twin()
     shared order they came out comonotone (rank correlation 1), cut more episodes at the context limit
     and thinned the tail the synchronous step waits for (docs/benchmark.md, "The yardstick")."""
     import numpy as np
-    from bench.jobs import CODING
 
+    from bench.jobs import CODING
     from rltune.twin.efficiency import efficiency
     from rltune.twin.workload import sample_episodes
 
@@ -288,8 +288,8 @@ def test_noiseless_agentic_draws_are_independent_per_turn_as_in_the_noisy_twin()
 def test_episode_totals_match_their_turns(agentic):
     """seq_lens and generated, computed on the flat arrays, are the sums over each episode's turns."""
     import numpy as np
-    from bench.jobs import CODING
 
+    from bench.jobs import CODING
     from rltune.twin.efficiency import efficiency
     from rltune.twin.workload import sample_episodes
 

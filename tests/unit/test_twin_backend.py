@@ -2,8 +2,8 @@
 tunes through it: rltune's benchmark figures are figures of the product's own loop."""
 
 import pytest
-from bench.run import measured_baseline, run_rltune, select_jobs
 
+from bench.run import measured_baseline, run_rltune, select_jobs
 from rltune import twin
 from rltune.api.models import RLConfig, RLTuningJobSpec, trial_spec_for
 from rltune.api.status import Phase, TrialState
