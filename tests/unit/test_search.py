@@ -62,10 +62,6 @@ def test_every_configuration_the_search_enumerates_is_in_the_form_rlconfig_keeps
     """The invariant behind the test above, over the generated jobs' spaces (other models, GPUs and
     knob lists): a configuration's identity must survive RLConfig's validators, or a trial's stored
     config never matches the candidate that proposed it."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from bench.jobs import generated_jobs
     from bench.run import enumerate_space
     from rltune.api.models import RLTuningJobSpec

@@ -1,15 +1,8 @@
 """Behaviour of the digital twin (rltune.twin): determinism, feasibility, knob responses."""
 
 import math
-import sys
-from pathlib import Path
 
 import pytest
-
-try:
-    import rltune  # noqa: F401
-except ImportError:  # running without an installed package or conftest path setup
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
 
 from rltune.api.metrics import PHASES
 from rltune.api.models import ModelSpec, RLConfig, TaskSpec, TrialSpec

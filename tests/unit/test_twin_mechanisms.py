@@ -8,15 +8,7 @@
 - offload: verl's swap of the state between phases is not DeepSpeed's CPU Adam.
 """
 
-import sys
-from pathlib import Path
-
 import pytest
-
-try:
-    import rltune  # noqa: F401
-except ImportError:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
 
 from rltune.api.hardware import gpu
 from rltune.api.models import ModelSpec, RLConfig, TaskSpec
@@ -263,7 +255,6 @@ def test_eager_bytes_are_the_h200_measurement():
     (bench/data/trainer-speed-h200, `python -m bench.trainer_speed --points`), which explains each
     measured point's element-wise time within 10%; gradient checkpointing's extra element-wise time
     is the forward's, as the twin charges it."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from bench.trainer_speed import eager_bytes, recompute_bytes, tracked_runs
 
     runs = [(points, r["mbt"], r.get("recompute", "none")) for points, r in tracked_runs()]
@@ -284,7 +275,6 @@ def test_fsdp_update_is_within_a_fifth_of_the_h200_gpu_time():
     """The twin's FSDP update of the measured batches (full vocabulary; 1.5B and 3B: the 0.5B model
     left the H200 idle half the time, waiting on Python) against the H200's GPU time of the update
     (its kernels' sum: the twin models the GPU's work, not Python's kernel dispatch)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from bench.trainer_speed import gpu_seconds, tracked_runs, twin_seconds
 
     n = 0
@@ -341,7 +331,6 @@ def test_attention_speed_is_the_h200_measurement():
     """The twin's attention constants are the fit of the tracked H200 runs' attention kernel time
     (`python -m bench.trainer_speed --points`: every pass of the 1.5B, 3B and 7B points, with and
     without gradient checkpointing), which explains each within 10%."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from bench.trainer_speed import attention_speed, tracked_runs
 
     fit = attention_speed(tracked_runs())
@@ -357,7 +346,6 @@ def test_forward_passes_run_their_gemms_at_the_training_rate():
     """A forward-only log-prob pass runs the training forward's GEMMs: on the H200 their rate was the
     update's within 6% at every model size measured, so the twin's default fwd_ratio is that ratio
     (the H20 keeps the value fitted to its published log-prob phases)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     import statistics
 
     from bench.trainer_speed import forward_gemm_ratio, tracked_runs

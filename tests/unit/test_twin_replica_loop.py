@@ -7,17 +7,10 @@ are compared for equality, on replicas that exercise every branch of the loop.
 """
 
 import random
-import sys
 from dataclasses import asdict
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-try:
-    import rltune  # noqa: F401
-except ImportError:  # running without an installed package or conftest path setup
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "operator"))
 
 from rltune.api.models import ModelSpec, RLConfig, TaskSpec
 from rltune.twin import replica_loop
