@@ -176,7 +176,7 @@ def run_rltune(rn: JobTrials, base, budget: int, seed: int) -> dict:
         if trial.startswith("c"):
             confirms.append(trial)
             return rn.confirm_seed(seed, len(confirms))
-        return seed * 1000 + int(trial.lstrip("tp"))
+        return seed * 1000 + int(trial[1:].split("-")[0])  # tN (pN, tN-retry: N's draw)
 
     backend = TwinBackend(seed_of=seed_of)
     t0 = time.time()
@@ -495,15 +495,14 @@ def _rltune_seed(rn: JobTrials, base, budgets: list[int], seed: int, k8: int, ba
     """rltune on one seed: one tuning run of the product's loop per budget (budget.maxTrials=k),
     each deploying what its lifecycle concluded (a confirmed winner, or the baseline)."""
     runs = {k: run_rltune(rn, base, k, seed) for k in budgets}
-    per_k = {}
-    for k, r in runs.items():
-        pick = r["pick"]
-        t = rn.true(pick.config)
-        if t is None:  # a confirmed winner the yardstick refuses: cannot happen unless the twin changed
-            pick, t = base, rn.true(base.config)
-        per_k[k] = (t[0], r["trial_gpu_h"], pick.config.dump(), r["first_failed"])
+    deployed = {k: _judged_pick(rn, base, r["pick"]) for k, r in runs.items()}
+    per_k = {
+        k: (deployed[k][1][0], r["trial_gpu_h"], deployed[k][0].config.dump(), r["first_failed"])
+        for k, r in runs.items()
+    }
     top = runs[max(budgets)]
-    pick_gpu_s = rn.true(top["pick"].config)[1] * (top["pick"].config.gpus or rn.space.budget)
+    pick, (_, pick_step) = deployed[max(budgets)]
+    pick_gpu_s = pick_step * (pick.config.gpus or rn.space.budget)
     return SeedOutcome(
         per_k,
         len(top["history"]),
@@ -512,6 +511,13 @@ def _rltune_seed(rn: JobTrials, base, budgets: list[int], seed: int, k8: int, ba
         top["forecast_error"],
         top["stop"],
     )
+
+
+def _judged_pick(rn: JobTrials, base, pick) -> tuple:
+    """(the record deployed, its (objective, step seconds) on the yardstick): the pick, or the baseline
+    for a confirmed winner the yardstick refuses (cannot happen unless the twin changed)."""
+    t = rn.true(pick.config)
+    return (pick, t) if t is not None else (base, rn.true(base.config))
 
 
 def _rival_seed(

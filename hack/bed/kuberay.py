@@ -9,7 +9,6 @@ running bed (`switch`).
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from hack.bed import binaries, clients, network, paths, processes, serviceaccounts
@@ -21,11 +20,7 @@ CRDS = ("rayclusters.ray.io", "rayjobs.ray.io", "rayservices.ray.io")
 
 def enabled() -> bool:
     """RLTUNE_BED_KUBERAY (0/false/no/off: without) when set, else the choice of the last `up`."""
-    v = os.environ.get("RLTUNE_BED_KUBERAY")
-    f = paths.STATE / "kuberay"
-    if v is not None:
-        return v.strip().lower() not in ("0", "false", "no", "off")
-    return not (f.exists() and f.read_text().strip() == "off")
+    return paths.optional_on("kuberay", "RLTUNE_BED_KUBERAY")
 
 
 def command(bins: Path) -> list[str]:
@@ -33,13 +28,7 @@ def command(bins: Path) -> list[str]:
     bed-wide hosts file (Service names the pod runner keeps current) as /etc/hosts, so it reaches a
     RayCluster's dashboard at <head-svc>.<ns>.svc.cluster.local:8265."""
     host, ports = network.HOST, network.PORTS
-    return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "/bin/sh",
-        "-c",
+    return processes.in_private_mounts(
         'mount --bind "$0" /etc/hosts && exec "$@"',
         f"{paths.STATE}/hosts",
         str(bins / NAME),
@@ -48,7 +37,7 @@ def command(bins: Path) -> list[str]:
         "--enable-leader-election=false",
         "--log-stdout-encoder=console",
         "--reconcile-concurrency=4",
-    ]
+    )
 
 
 def rbac() -> str:
@@ -82,7 +71,7 @@ def start(bins: Path, argv: list[str], wait: bool = True) -> None:
 def switch(on: bool) -> None:
     """Install (operator + CRDs) or remove KubeRay on a running bed; remembered for later `up`s."""
     bins = binaries.bin_dir(build=on)
-    (paths.STATE / "kuberay").write_text("on" if on else "off")
+    paths.remember_choice("kuberay", on)
     if on:
         start(bins, command(bins))
         print("KubeRay is on")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -25,31 +24,21 @@ WEBHOOKS = ("rltune-bed-kueue-mutating", "rltune-bed-kueue-validating")
 
 def enabled() -> bool:
     """RLTUNE_BED_KUEUE (0/false/no/off: without) when set, else the choice of the last `up`."""
-    v = os.environ.get("RLTUNE_BED_KUEUE")
-    f = paths.STATE / "kueue"
-    if v is not None:
-        return v.strip().lower() not in ("0", "false", "no", "off")
-    return not (f.exists() and f.read_text().strip() == "off")
+    return paths.optional_on("kueue", "RLTUNE_BED_KUEUE")
 
 
 def command(bins: Path) -> list[str]:
     """Kueue wants its metrics certificate at /etc/kueue/metrics/certs even with metrics off: the
     bed's certificate is bind-mounted there in a private mount namespace."""
     s = str(paths.STATE)
-    return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "/bin/sh",
-        "-c",
+    return processes.in_private_mounts(
         'mkdir -p /etc/kueue/metrics/certs && mount --bind "$0" /etc/kueue/metrics/certs && exec "$@"',
         f"{s}/kueue.d/certs",
         str(bins / NAME),
         f"--config={s}/kueue.d/config.yaml",
         "--feature-gates=VisibilityOnDemand=false",
         "--zap-log-level=info",
-    ]
+    )
 
 
 def state_dir() -> Path:
@@ -245,7 +234,7 @@ def queue_objects(ns: str, gpus: int, preemption: dict | None = None) -> list[di
 def switch(on: bool) -> None:
     """Install (manager, CRDs, webhooks) or remove Kueue on a running bed; remembered for later `up`s."""
     bins = binaries.bin_dir(build=on)
-    (paths.STATE / "kueue").write_text("on" if on else "off")
+    paths.remember_choice("kueue", on)
     if on:
         start(bins, command(bins))
         print("Kueue is on")

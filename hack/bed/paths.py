@@ -18,3 +18,18 @@ PIDS = STATE / "pids"
 KUBECONFIG = STATE / "kubeconfig"
 OPERATOR_KUBECONFIG = STATE / "operator.kubeconfig"
 AUDIT_LOG = STATE / "audit.log"
+
+
+def optional_on(name: str, env: str) -> bool:
+    """Whether an optional component (KubeRay, Kueue) runs: `env` (0/false/no/off: without) when it
+    is set, else the choice of the last `up` or switch, kept in STATE/<name>."""
+    v = os.environ.get(env)
+    if v is not None:
+        return v.strip().lower() not in ("0", "false", "no", "off")
+    f = STATE / name
+    return not (f.exists() and f.read_text().strip() == "off")
+
+
+def remember_choice(name: str, on: bool) -> None:
+    """Keep an optional component's on/off for later `up`s (optional_on reads it)."""
+    (STATE / name).write_text("on" if on else "off")

@@ -14,6 +14,13 @@ from hack.bed import paths
 from hack.bed.log import log
 
 
+def in_private_mounts(script: str, *args: str) -> list[str]:
+    """argv that runs the shell `script` (its $0, $1, ... are `args`) in a private mount namespace,
+    so the bind mounts it makes for a process (a hosts file, a certificate directory, a sandbox's
+    volumes) are that process's alone."""
+    return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, *args]
+
+
 def _pid_file(name: str) -> Path:
     return paths.PIDS / f"{name}.pid"
 

@@ -44,6 +44,7 @@ from typing import Callable
 
 from hack.bed.kubelet.status import pod_ready
 from hack.bed.paths import REPO
+from hack.bed.processes import in_private_mounts
 
 SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
@@ -88,17 +89,7 @@ class Sandbox:
             if m.read_only:
                 lines.append(f"mount -o remount,bind,ro {tgt}")
         lines.append('exec "$@"')
-        return [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "/bin/sh",
-            "-c",
-            "\n".join(lines),
-            "rltune-sandbox",
-            *argv,
-        ]
+        return in_private_mounts("\n".join(lines), "rltune-sandbox", *argv)
 
 
 def _q(s: str) -> str:
