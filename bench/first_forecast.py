@@ -46,7 +46,7 @@ class Miss:
 
 def regime_of(k: dict) -> str:
     """The rollout regime: "stream" when partial rollout streams (it needs staleness >= 1), else "drain"."""
-    return "stream" if physics.streams(k) else "drain"
+    return "stream" if physics.AsyncKnobs.of(k).streams else "drain"
 
 
 def job_misses(job: dict, per: int, seed: int = 1) -> list[Miss]:

@@ -21,8 +21,8 @@ import numpy as np
 
 from bench.paths import STATE
 from rltune import twin
+from rltune.api.layout import layout_of
 from rltune.api.models import RLConfig, RLTuningJobSpec
-from rltune.tuner import physics
 from rltune.tuner.knobs import ROLLOUT_KNOBS, TRAINER_KNOBS
 from rltune.tuner.records import objective_of
 from rltune.tuner.search import Space, flat_key
@@ -48,7 +48,7 @@ def enumerate_space(space: Space) -> list[dict]:
     t_all = space.halves(TRAINER_KNOBS)
     for o in space.outer():
         ko = dict(space.base) | o
-        _, gt, gr = physics.split(ko, space.budget, space.gpn)
+        _, gt, gr = layout_of(ko, space.budget, space.gpn).parts
         if gt < 1 or gr < 1:
             continue
         rs = [r for r in r_all if not space.rollout_valid(r, gr)]

@@ -270,7 +270,7 @@ def fits_memory(spec: RLTuningJobSpec, k: dict) -> bool:
         spec.workload.task,
         spec.resources.gpu_type,
         spec.resources.gpus_per_node,
-        k,
+        physics.Knobs.of(k),
         spec.resources.gpu_budget,
     )
     return bd.feasible

@@ -57,17 +57,17 @@ def test_experts_whole_on_a_gpu_train_faster_and_take_more_memory():
 def test_the_physics_shards_experts_and_routes_the_all_to_all_as_the_layout_says():
     mf, tf = physics.facts(MOE), physics.task_facts(TASK)
     k = dict(_trainer(16, tp=2, ep=8).flat(), **{"gpus": 16})
-    split = physics.trainer_of(mf, tf, "H200", 16, k)
-    whole = physics.trainer_of(mf, tf, "H200", 16, dict(k, **{"trainer.etp": 1}))
+    split = physics.trainer_of(mf, tf, "H200", 16, physics.TrainerKnobs.of(k))
+    whole = physics.trainer_of(mf, tf, "H200", 16, physics.TrainerKnobs.of(dict(k, **{"trainer.etp": 1})))
     assert split.feasible and whole.feasible
     assert whole.state_frac > split.state_frac  # experts over 8 GPUs, not 16
     assert whole.training < split.training  # the all-to-all inside one node
-    refused = physics.trainer_of(mf, tf, "H200", 24, dict(k, **{"gpus": 24}))
+    refused = physics.trainer_of(mf, tf, "H200", 24, physics.TrainerKnobs.of(k))
     assert not refused.feasible and "ep*etp=16" in refused.reason
     # in one node only the expert GEMMs' width differs, as in the twin: whole experts a little faster
     node = dict(_trainer(8, tp=2, ep=4).flat(), **{"gpus": 8})
-    assert physics.trainer_of(mf, tf, "H200", 8, dict(node, **{"trainer.etp": 1})).training < (
-        physics.trainer_of(mf, tf, "H200", 8, node).training
+    assert physics.trainer_of(mf, tf, "H200", 8, physics.TrainerKnobs.of(dict(node, **{"trainer.etp": 1}))).training < (
+        physics.trainer_of(mf, tf, "H200", 8, physics.TrainerKnobs.of(node)).training
     )
 
 

@@ -372,7 +372,7 @@ def test_context_cut_brings_the_physics_rollout_ratio_to_the_twins():
     cut = [fc.raw(c.flat()).phases["generation"] for c in (spec.baseline, small)]
     uncut_tf = dataclasses.replace(task_facts(w.task), mean_len=fc.task.mean_len)
     uncut = [
-        physics.breakdown(fc.model, uncut_tf, "B300", 8, c.flat(), 56).phases["generation"]
+        physics.breakdown(fc.model, uncut_tf, "B300", 8, physics.Knobs.of(c.flat()), 56).phases["generation"]
         for c in (spec.baseline, small)
     ]
     # the twin's measure is its expectation over workloads (8 noisy steps each, common seeds): one

@@ -8,11 +8,10 @@ from test_adapter_openrlhf import make_spec as openrlhf_spec
 from test_tuner_fixtures import job
 
 from rltune.adapters.openrlhf import ADAPTER as OPENRLHF
-from rltune.api.layout import Layout, default_trainer_gpus, layout
+from rltune.api.layout import Layout, default_trainer_gpus, layout, layout_of
 from rltune.api.models import RLConfig
 from rltune.controller import pods, rayjob
 from rltune.settings import OperatorSettings
-from rltune.tuner import physics
 from rltune.twin.simulate import make_plan
 
 
@@ -56,7 +55,7 @@ def test_every_layer_reads_the_same_layout(knobs):
     cfg = RLConfig().with_knobs(knobs)
     lay = spec.layout(cfg)
     gpn = spec.resources.gpus_per_node
-    assert physics.split(cfg.flat(), spec.resources.gpu_budget, gpn) == (lay.gpus, lay.trainer, lay.rollout)
+    assert layout_of(cfg.flat(), spec.resources.gpu_budget, gpn).parts == (lay.gpus, lay.trainer, lay.rollout)
     m = spec.workload.model.resolved()
     plan = make_plan(m, spec.workload.task, spec.resources.gpu_type, gpn, cfg.model_copy(update={"gpus": lay.gpus}))
     assert (plan.gpus, plan.train_gpus, plan.rollout_gpus) == (lay.gpus, lay.trainer, lay.rollout)

@@ -145,7 +145,7 @@ def test_the_twin_and_the_physics_agree_on_what_crossing_costs(tuned):
     cfg32 = cfg16.with_knobs({"rollout.tp": 32})
     twin16, twin32 = (rn.run(c, f"x{c.rollout.tp}", 5)[0].phases["generation"] for c in (cfg16, cfg32))
     fc16, fc32 = (
-        physics.breakdown(m, spec.workload.task, "H200", 8, c.flat(), budget).phases["generation"]
+        physics.breakdown(m, spec.workload.task, "H200", 8, physics.Knobs.of(c.flat()), budget).phases["generation"]
         for c in (cfg16, cfg32)
     )
     assert (twin32 > twin16) == (fc32 > fc16)

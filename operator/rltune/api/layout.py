@@ -8,7 +8,7 @@ out uses the budget; a disaggregated one that leaves `trainerGpus` out gets `def
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 
 def nodes_for(gpus: int, gpus_per_node: int) -> int:
@@ -41,6 +41,11 @@ class Layout:
     def runnable(self) -> bool:
         return self.trainer >= 1 and self.rollout >= 1
 
+    @property
+    def parts(self) -> tuple[int, int, int]:
+        """(gpus, trainer, rollout)."""
+        return self.gpus, self.trainer, self.rollout
+
 
 def layout(gpus: Optional[int], placement: str, trainer_gpus: Optional[int], budget: int, gpus_per_node: int) -> Layout:
     """The layout of a configuration given as its parts (`gpus` None: the budget)."""
@@ -50,3 +55,9 @@ def layout(gpus: Optional[int], placement: str, trainer_gpus: Optional[int], bud
         return Layout(g, g, g, n, True)
     t = trainer_gpus or default_trainer_gpus(g, gpus_per_node)
     return Layout(g, t, g - t, n, False)
+
+
+def layout_of(k: Mapping[str, Any], budget: int, gpus_per_node: int) -> Layout:
+    """The layout of a configuration given as its flat knobs (RLConfig.flat(), or the search's
+    outer half): only `gpus`, `placement` and `trainerGpus` are read."""
+    return layout(k.get("gpus"), k["placement"], k.get("trainerGpus"), budget, gpus_per_node)

@@ -33,6 +33,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from ..api.layout import layout_of
 from ..api.models import RLConfig, RLTuningJobSpec
 from . import physics, task_learning
 from .knobs import BY_PATH, CATALOG, calibrated, feature_names
@@ -118,7 +119,7 @@ def features(k: dict, gpus: int, gt: int, gr: int, preempt: float = 0.0) -> dict
     """A configuration (flat knobs, its GPU split) as the forecaster sees it: the catalog's feature
     encodings (ALL_FEATS), the knob values its corrections read, the derived quantities and the
     mechanism terms (`preempt`: the physics' RolloutPart.preempt_log)."""
-    partial = physics.streams(k)
+    partial = physics.AsyncKnobs.of(k).streams
     eff = k | {"async.partialRollout": partial}
     enc = {f: fn(eff[kn.path]) for kn in CATALOG for f, fn in kn.features.items()}
     return (
@@ -145,7 +146,8 @@ def step_variance(k: dict, phases: dict[str, float], rel_sd: dict[str, float]) -
     where the sides balance, a secant counts the side that may become the longer one, which a
     derivative at the point would not)."""
     sds = {p: phases.get(p, 0.0) * rel_sd.get(p, 0.0) for p in rel_sd}
-    if not physics.overlapped(k):
+    kn = physics.Knobs.of(k)
+    if not kn.overlapped:
         return sum(v * v for v in sds.values())
     var = 0.0
     for side in physics.STEP_SIDES:
@@ -156,7 +158,7 @@ def step_variance(k: dict, phases: dict[str, float], rel_sd: dict[str, float]) -
         moved = []
         for sign in (-1.0, 1.0):
             f = max(0.0, 1.0 + sign * sd / total)
-            moved.append(physics.compose(phases | {p: phases.get(p, 0.0) * f for p in side}, k)[0])
+            moved.append(physics.compose(phases | {p: phases.get(p, 0.0) * f for p in side}, kn)[0])
         var += (0.5 * (moved[1] - moved[0])) ** 2
     return var
 
@@ -305,12 +307,14 @@ class Forecaster:
         return other
 
     def _feats(self, k: dict) -> dict:
-        gpus, gt, gr = physics.split(k, self.budget, self.gpn)
+        gpus, gt, gr = layout_of(k, self.budget, self.gpn).parts
         return features(k, gpus, gt, gr)
 
     # ------------------------------------------------------------------ physics
     def raw(self, k: dict) -> physics.Breakdown:
-        return physics.breakdown(self.model, self.task, self.gpu_type, self.gpn, k, self.budget, self.limits)
+        return physics.breakdown(
+            self.model, self.task, self.gpu_type, self.gpn, physics.Knobs.of(k), self.budget, self.limits
+        )
 
     # ------------------------------------------------------------------ calibration
     def _fit(self) -> None:
@@ -326,7 +330,7 @@ class Forecaster:
             bd = self.raw(k)
             if not bd.feasible:  # physics thinks it cannot run but it did: use a neutral prior
                 continue
-            gpus, gt, gr = physics.split(k, self.budget, self.gpn)
+            gpus, gt, gr = layout_of(k, self.budget, self.gpn).parts
             rows.append((k, s, bd, features(k, gpus, gt, gr, bd.preempt_log)))
         if not rows:
             return
@@ -439,7 +443,7 @@ class Forecaster:
         raw_gen = self._raw_value(bd.phases, "generation")
         for sub in physics.SUB_PHASES:
             phases[sub] = bd.phases.get(sub, 0.0) * (phases["generation"] / raw_gen if raw_gen > 0 else 1.0)
-        return physics.compose(phases, k)
+        return physics.compose(phases, physics.Knobs.of(k))
 
     # ------------------------------------------------------------------ prediction
     def predict(self, cfg: RLConfig | dict) -> Prediction:
@@ -451,7 +455,7 @@ class Forecaster:
         live, feats, bds = [], [], []
         for i, k in enumerate(ks):
             bd = self.raw(k)
-            gpus, gt, gr = physics.split(k, self.budget, self.gpn)
+            gpus, gt, gr = layout_of(k, self.budget, self.gpn).parts
             p_fit = 0.0
             if bd.feasible or bd.memory:
                 fence = self.memory.fenced(bd)

@@ -91,7 +91,7 @@ def carry(spec: RLTuningJobSpec, config: RLConfig, measured: float, seen: float,
     docstring says why). No physics picture for the layout: the measurement stands."""
     if run <= seen:
         return measured
-    k = config.flat()
+    k = physics.Knobs.of(config.flat())
     model, r = spec.workload.model.resolved(), spec.resources
     task = physics.job_task_facts(spec.workload.task, spec.workload.framework)
     at_seen = physics.trainer_memory_at(model, task, r.gpu_type, r.gpus_per_node, k, r.gpu_budget, seen)

@@ -17,11 +17,11 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import Optional
+from typing import Any, Mapping, Optional
 
 from ..api.hardware import GPU
 from ..api.hardware import gpu as gpu_lookup
-from ..api.layout import layout
+from ..api.layout import Layout, layout
 from ..api.models import ModelArch, TaskSpec
 from ..api.pipeline import pipeline_step
 
@@ -52,6 +52,136 @@ NIC_EFF = 0.5
 # Slowdown per unit of KV over-subscription (held sequences / what the cache holds, capped at 4x) from
 # preemption by recomputation: a round prior the calibration corrects.
 PREEMPT_COST = 0.35
+
+
+# ------------------------------------------------------------------------------------ knobs
+# The physics reads a configuration through these typed views; `of` is the one place each reads
+# them from the flat knobs the search composes (RLConfig.flat(), or one half of it).
+
+
+@dataclass(frozen=True)
+class TrainerKnobs:
+    """The trainer half's knobs."""
+
+    tp: int
+    pp: int
+    cp: int
+    ep: int
+    etp: Optional[int]  # unset: the dense tp (Megatron's default; RLConfig's TrainerKnobs.expert_tp)
+    micro_batch_tokens: int
+    recompute: str
+    offload: bool
+
+    @property
+    def expert_tp(self) -> int:
+        return int(self.etp) if self.etp is not None else int(self.tp or 1)
+
+    @classmethod
+    def of(cls, k: Mapping[str, Any]) -> "TrainerKnobs":
+        return cls(
+            k["trainer.tp"],
+            k["trainer.pp"],
+            k["trainer.cp"],
+            k["trainer.ep"],
+            k.get("trainer.etp"),
+            k["trainer.microBatchTokens"],
+            k["trainer.recompute"],
+            k["trainer.offload"],
+        )
+
+
+@dataclass(frozen=True)
+class AsyncKnobs:
+    """What may overlap: the staleness, partial rollouts and verl's fractional bound."""
+
+    staleness: int
+    partial_rollout: bool
+    stale_fraction: Optional[float]
+
+    @property
+    def streams(self) -> bool:
+        """Partial rollout carries unfinished samples into the next step only when the trainer may
+        lag (staleness >= 1); at staleness 0 it drains."""
+        return bool(self.partial_rollout and self.staleness >= 1)
+
+    @classmethod
+    def of(cls, k: Mapping[str, Any]) -> "AsyncKnobs":
+        return cls(k["async.staleness"], bool(k.get("async.partialRollout")), k.get("async.staleFraction"))
+
+
+@dataclass(frozen=True)
+class RolloutKnobs:
+    """The rollout half's knobs, with the one thing the rollout physics needs of the rest (whether
+    it streams); `on(model)` is `rollout_part`'s cache key."""
+
+    tp: int
+    expert_parallel: bool
+    gpu_memory_utilization: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    cuda_graphs: bool
+    fp8: bool
+    streams: bool  # partial rollout that carries unfinished samples over (AsyncKnobs.streams)
+
+    def on(self, mf: "ModelFacts") -> "RolloutKnobs":
+        """As a model runs them: expert parallel only where it has MoE layers; the memory share
+        rounded so that float noise does not split the cache."""
+        ep = bool(self.expert_parallel and mf.moe_layers)
+        return dataclasses.replace(
+            self, expert_parallel=ep, gpu_memory_utilization=round(self.gpu_memory_utilization, 4)
+        )
+
+    @classmethod
+    def of(cls, k: Mapping[str, Any], streaming: bool) -> "RolloutKnobs":
+        return cls(
+            k["rollout.tp"],
+            bool(k["rollout.expertParallel"]),
+            k["rollout.gpuMemoryUtilization"],
+            k["rollout.maxNumSeqs"],
+            k["rollout.maxNumBatchedTokens"],
+            k["rollout.cudaGraphs"],
+            k["rollout.fp8"],
+            streaming,
+        )
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """One whole configuration as the physics reads it."""
+
+    gpus: Optional[int]
+    placement: str
+    trainer_gpus: Optional[int]
+    weight_sync: str
+    trainer: TrainerKnobs
+    rollout: RolloutKnobs
+    async_: AsyncKnobs
+
+    @property
+    def colocated(self) -> bool:
+        return self.placement == "colocated"
+
+    @property
+    def overlapped(self) -> bool:
+        """The next batch's rollout overlaps this batch's training (disaggregated, staleness >= 1)."""
+        return self.placement == "disaggregated" and self.async_.staleness >= 1
+
+    def layout(self, budget: int, gpus_per_node: int) -> Layout:
+        return layout(self.gpus, self.placement, self.trainer_gpus, budget, gpus_per_node)
+
+    @classmethod
+    def of(cls, k: Mapping[str, Any]) -> "Knobs":
+        """From a whole configuration's flat knobs (RLConfig.flat())."""
+        a = AsyncKnobs.of(k)
+        return cls(
+            k.get("gpus"),
+            k["placement"],
+            k.get("trainerGpus"),
+            k["weightSync"],
+            TrainerKnobs.of(k),
+            RolloutKnobs.of(k, a.streams),
+            a,
+        )
 
 
 @dataclass
@@ -231,29 +361,24 @@ def job_task_facts(task: TaskSpec, framework: str) -> TaskFacts:
     return dataclasses.replace(tf, offload_swap=True) if offload_swaps(framework) else tf
 
 
-def expert_tp(k: dict) -> int:
-    """The expert tensor parallel size of configuration `k` (RLConfig.flat()): trainer.etp, unset = the
-    dense trainer.tp (Megatron's default; RLConfig's TrainerKnobs.expert_tp)."""
-    etp = k.get("trainer.etp")
-    return int(etp) if etp is not None else int(k.get("trainer.tp", 1) or 1)
-
-
-def trainer_of(mf: ModelFacts, tf: TaskFacts, gpu_type: str, gt: int, k: dict, seq_tokens: float = 0.0) -> TrainerPart:
-    """trainer_part of configuration `k` (RLConfig.flat()) on `gt` trainer GPUs."""
+def trainer_of(
+    mf: ModelFacts, tf: TaskFacts, gpu_type: str, gt: int, t: TrainerKnobs, seq_tokens: float = 0.0
+) -> TrainerPart:
+    """trainer_part of the trainer knobs `t` on `gt` trainer GPUs."""
     return trainer_part(
         mf,
         tf,
         gpu_type,
         gt,
-        k["trainer.tp"],
-        k["trainer.pp"],
-        k["trainer.cp"],
-        k["trainer.ep"],
-        k["trainer.microBatchTokens"],
-        k["trainer.recompute"],
-        k["trainer.offload"],
+        t.tp,
+        t.pp,
+        t.cp,
+        t.ep,
+        t.micro_batch_tokens,
+        t.recompute,
+        t.offload,
         seq_tokens,
-        expert_tp(k),
+        t.expert_tp,
     )
 
 
@@ -274,15 +399,15 @@ def trainer_memory_at(
     task: "TaskSpec | TaskFacts",
     gpu_type: str,
     gpus_per_node: int,
-    k: dict,
+    k: Knobs,
     budget: int,
     seq_tokens: float,
 ) -> Optional[TrainerMemory]:
     """The trainer's memory picture of configuration `k` when its largest micro-batch holds one
     `seq_tokens`-token sequence (None where the physics refuses the layout)."""
     mf, tf = facts_cached(model), task if isinstance(task, TaskFacts) else task_facts_cached(task)
-    _, gt, _ = split(k, budget, gpus_per_node)
-    tr = trainer_of(mf, tf, gpu_type, gt, k, seq_tokens)
+    gt = k.layout(budget, gpus_per_node).trainer
+    tr = trainer_of(mf, tf, gpu_type, gt, k.trainer, seq_tokens)
     return TrainerMemory(tr.mem_frac, tr.state_frac, tr.activation_frac) if tr.feasible else None
 
 
@@ -407,34 +532,6 @@ def _survival(tf: TaskFacts, i: float) -> float:
         return 0.0
     mu, s = _lognormal(tf)
     return 1.0 - NormalDist().cdf((math.log(max(i, 1.0)) - mu) / s)
-
-
-@dataclass(frozen=True)
-class RolloutKnobs:
-    """The rollout half's knobs as the physics reads them; `of` is the one place that reads them from
-    a configuration's flat knobs (RLConfig.flat())."""
-
-    tp: int
-    expert_parallel: bool  # only where the model has MoE layers
-    gpu_memory_utilization: float
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    cuda_graphs: bool
-    fp8: bool
-    streams: bool  # partial rollout that carries unfinished samples over (`streams`)
-
-    @classmethod
-    def of(cls, k: dict, mf: ModelFacts, streaming: bool) -> "RolloutKnobs":
-        return cls(
-            k["rollout.tp"],
-            bool(k["rollout.expertParallel"] and mf.moe_layers),
-            round(k["rollout.gpuMemoryUtilization"], 4),
-            k["rollout.maxNumSeqs"],
-            k["rollout.maxNumBatchedTokens"],
-            k["rollout.cudaGraphs"],
-            k["rollout.fp8"],
-            streaming,
-        )
 
 
 @lru_cache(maxsize=200_000)
@@ -672,23 +769,23 @@ def trainer_part(
 # ------------------------------------------------------------------------------------ sync
 
 
-def weight_sync(mf: ModelFacts, g: GPU, k: dict, gpus_t: int, gpus_r: int) -> float:
+def weight_sync(mf: ModelFacts, g: GPU, k: Knobs, gpus_t: int, gpus_r: int) -> float:
     """Seconds to publish new weights to the rollout engines (docs/references.md 'Published RL step
     measurements': verl's checkpoint engine moved Qwen3-30B-A3B (61 GB) 16->16 ranks in 4.38 s and
     Qwen3-235B (470 GB) 64->64 in 23.7 s, i.e. ~14-20 GB/s; NCCL broadcast from the trainer ranks is
     slower; colocated engines reshard locally over NVLink but pay a sleep/wake switch). Separate pools:
     sharded, parallel streams from a model-parallel trainer (docs/twin.md 'Step composition')."""
     byts = mf.total * 2.0
-    tp = k["rollout.tp"]
-    method = k["weightSync"]
+    tp = k.rollout.tp
+    method = k.weight_sync
     if method == "disk":
         return 5.0 + byts / 2e9
-    if k["placement"] == "colocated":
+    if k.colocated:
         t = byts / tp / (g.nvlink_bw * 0.3)
         return 3.0 + t * (0.8 if method == "checkpoint-engine" else 1.0)
     # model-parallel trainers: each shard owner (pipeline stage x expert rank) sends its own shard at
     # once, in parallel streams; each rollout GPU still receives its TP shard through its own NIC
-    pp, ep = k.get("trainer.pp", 1) or 1, (k.get("trainer.ep", 1) or 1) if mf.experts else 1
+    pp, ep = k.trainer.pp or 1, (k.trainer.ep or 1) if mf.experts else 1
     per_owner = mf.nonexpert / pp + (mf.total - mf.nonexpert) / (pp * ep)
     streams = max(1.0, min(float(gpus_t), mf.total / per_owner))
     recv = byts / tp / (g.nic_bw * 0.5)
@@ -697,13 +794,6 @@ def weight_sync(mf: ModelFacts, g: GPU, k: dict, gpus_t: int, gpus_r: int) -> fl
 
 
 # ------------------------------------------------------------------------------------ composition
-
-
-def split(k: dict, budget: int, gpn: int) -> tuple[int, int, int]:
-    """(gpus, trainer_gpus, rollout_gpus) of a configuration (flat knob dict, RLConfig.flat()), by
-    the one layout rule (api/layout.py)."""
-    lay = layout(k.get("gpus"), k["placement"], k.get("trainerGpus"), budget, gpn)
-    return lay.gpus, lay.trainer, lay.rollout
 
 
 @dataclass(frozen=True)
@@ -731,26 +821,27 @@ def breakdown(
     task: "TaskSpec | TaskFacts",
     gpu_type: str,
     gpus_per_node: int,
-    k: dict,
+    k: Knobs,
     budget: int,
     limits: MemLimits = DEFAULT_LIMITS,
 ) -> Breakdown:
-    """Uncalibrated phases and memory picture of one configuration (`k` = RLConfig.flat())."""
+    """Uncalibrated phases and memory picture of one configuration."""
     mf = facts_cached(model)
     tf = task if isinstance(task, TaskFacts) else task_facts_cached(task)
     g = gpu_lookup(gpu_type)
-    gpus, gt, gr = split(k, budget, gpus_per_node)
+    lay = k.layout(budget, gpus_per_node)
+    gt, gr = lay.trainer, lay.rollout
     if gr < 1:
         return Breakdown({}, False, "no rollout GPUs left")
-    ro = rollout_part(mf, tf, gpu_type, gr, RolloutKnobs.of(k, mf, streams(k)), g.nvlink_reach(gpus_per_node))
-    tr = trainer_of(mf, tf, gpu_type, gt, k)
+    ro = rollout_part(mf, tf, gpu_type, gr, k.rollout.on(mf), g.nvlink_reach(gpus_per_node))
+    tr = trainer_of(mf, tf, gpu_type, gt, k.trainer)
     bd = Breakdown({}, trainer_gpus=gt, rollout_gpus=gr)
     bd.rollout_kv_tokens, bd.rollout_free_frac, bd.kv_pressure = ro.kv_tokens, ro.free_frac, ro.kv_pressure
     bd.batch, bd.replicas, bd.preempt_log = ro.batch, ro.replicas, ro.preempt_log
     bd.trainer_mem_frac = tr.mem_frac
-    if k["placement"] == "colocated" and not k["trainer.offload"]:
+    if k.colocated and not k.trainer.offload:
         # the trainer's bf16 weights stay resident while vLLM holds its memory share
-        bd.colocated_frac = (k["rollout.gpuMemoryUtilization"] * g.hbm_bytes + tr.weight_bytes) / g.hbm_bytes
+        bd.colocated_frac = (k.rollout.gpu_memory_utilization * g.hbm_bytes + tr.weight_bytes) / g.hbm_bytes
     if not ro.feasible:
         bd.feasible, bd.reason = False, ro.reason
     elif not tr.feasible:
@@ -759,7 +850,7 @@ def breakdown(
         bd.feasible, bd.memory = False, True
         bd.reason = (
             f"out of memory (rollout): weights leave no KV cache at gpuMemoryUtilization "
-            f"{k['rollout.gpuMemoryUtilization']:g} with TP {k['rollout.tp']}"
+            f"{k.rollout.gpu_memory_utilization:g} with TP {k.rollout.tp}"
         )
     elif not limits.trainer_ok(bd.trainer_mem_frac):
         bd.feasible, bd.memory = False, True
@@ -770,7 +861,7 @@ def breakdown(
     elif bd.colocated_frac > limits.colocated_max + 1e-9:
         bd.feasible, bd.memory = False, True
         bd.reason = (
-            f"out of memory (colocated): vLLM share {k['rollout.gpuMemoryUtilization']:g} plus resident "
+            f"out of memory (colocated): vLLM share {k.rollout.gpu_memory_utilization:g} plus resident "
             f"trainer weights ({tr.weight_bytes / 1e9:.0f} GB) exceed GPU memory"
         )
     if not ro.feasible or not tr.feasible:
@@ -815,18 +906,7 @@ MINI_BATCHES = 4
 STEP_SIDES = (("generation",), ("old_logprob", "ref_logprob", "training"), ("weight_sync",))
 
 
-def streams(k: dict) -> bool:
-    """Whether the rollout streams (`k` = RLConfig.flat()): partial rollout carries unfinished samples
-    into the next step only when the trainer may lag (staleness >= 1); at staleness 0 it drains."""
-    return bool(k["async.partialRollout"] and k["async.staleness"] >= 1)
-
-
-def overlapped(k: dict) -> bool:
-    """Whether the next batch's rollout overlaps this batch's training (disaggregated, staleness >= 1)."""
-    return k["placement"] == "disaggregated" and k["async.staleness"] >= 1
-
-
-def compose(phases: dict[str, float], k: dict) -> tuple[float, dict]:
+def compose(phases: dict[str, float], k: Knobs) -> tuple[float, dict]:
     """Step time from work phases under the configuration's placement and staleness.
 
     `generation` is the rollout's wall time (tail and tool time included). Synchronous
@@ -836,22 +916,22 @@ def compose(phases: dict[str, float], k: dict) -> tuple[float, dict]:
     """
     roll, train, sync = (sum(phases.get(p, 0.0) for p in side) for side in STEP_SIDES)
     out = dict(phases)
-    if overlapped(k):
+    if k.overlapped:
         # how far the rollout may run ahead: verl's fractional bound, else the staleness itself
-        frac = k.get("async.staleFraction")
+        frac = k.async_.stale_fraction
         pipe = pipeline_step(
             roll,
             train,
             sync,
             sync,
-            k["async.staleness"] if frac is None else frac,
+            k.async_.staleness if frac is None else frac,
             MINI_BATCHES,
-            streaming=bool(k.get("async.partialRollout")),
+            streaming=k.async_.partial_rollout,
         )
         step = pipe.duration
         out["waiting"] = pipe.trainer_wait
         out["rollout_idle"] = max(0.0, pipe.rollout_idle - sync)
-    elif k["placement"] == "disaggregated":
+    elif not k.colocated:
         step = roll + train + sync
         out["waiting"] = roll
         out["rollout_idle"] = train + sync

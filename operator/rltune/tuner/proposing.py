@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 
+from ..api.layout import layout_of
 from . import physics
 from .forecast import ALL_FEATS, Prediction, features
 from .records import config_changes
@@ -63,7 +64,9 @@ class Proposer:
         st = k["async.staleness"]
         if st >= 1 and not any(c["async.staleness"] >= st for c in passed):
             p *= 0.85
-        if physics.streams(k) and not any(physics.streams(c) for c in passed):  # a drained one says nothing
+        if physics.AsyncKnobs.of(k).streams and not any(
+            physics.AsyncKnobs.of(c).streams for c in passed
+        ):  # a drained one says nothing
             p *= 0.9
         return p
 
@@ -173,7 +176,7 @@ class Proposer:
             if F is None:
                 F = np.array(
                     [
-                        [features(c.k, *physics.split(c.k, self.tuner.budget, self.tuner.gpn))[x] for x in ALL_FEATS]
+                        [features(c.k, *layout_of(c.k, self.tuner.budget, self.tuner.gpn).parts)[x] for x in ALL_FEATS]
                         for c in cands
                     ]
                 )

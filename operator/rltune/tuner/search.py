@@ -33,6 +33,7 @@ import numpy as np
 
 from ..adapters.registry import adapter_for, coverage
 from ..adapters.registry import problems as framework_problems
+from ..api.layout import layout_of
 from ..api.models import ModelArch, RLConfig, RLTuningJobSpec, TrainerKnobs
 from . import physics
 from .forecast import Forecaster, features
@@ -230,7 +231,7 @@ class Space:
             return f"tp*pp*cp={tp * pp * cp} does not divide {gt} trainer GPUs"
         etp = t.get("trainer.etp")
         if self.model.is_moe:
-            etp = physics.expert_tp(t)
+            etp = physics.TrainerKnobs.of(t).expert_tp
             if self.model.experts % ep:
                 return f"EP {ep} does not divide {self.model.experts} experts"
             if (gt // pp) % ep:
@@ -317,7 +318,7 @@ class Space:
             for place in self.values["placement"]:
                 for tg in [None] if place == "colocated" else self.trainer_splits(g):
                     k = dict(self.base) | {"gpus": g, "placement": place, "trainerGpus": tg}
-                    _, gt, gr = physics.split(k, self.budget, self.gpn)
+                    _, gt, gr = layout_of(k, self.budget, self.gpn).parts
                     if gr >= 1 and gt >= 1:
                         grs.add(gr)
                         gts.add(gt)
@@ -365,7 +366,7 @@ class Space:
 
     def all_valid(self, full: dict) -> Optional[str]:
         """Validity of a full flat config against the space (used for baseline-independent checks)."""
-        gpus, gt, gr = physics.split(full, self.budget, self.gpn)
+        gpus, gt, gr = layout_of(full, self.budget, self.gpn).parts
         if gpus > self.budget:
             return f"uses {gpus} GPUs, budget {self.budget}"
         if full["async.staleness"] > self.spec.constraints.max_staleness:
@@ -426,17 +427,17 @@ def candidates(
         for o in _checked(outer, deadline, every=1):
             gpus = o["gpus"]
             ko = dict(base) | o
-            _, gt, gr = physics.split(ko, space.budget, space.gpn)
+            _, gt, gr = layout_of(ko, space.budget, space.gpn).parts
             if gr < 1 or gt < 1:
                 continue
-            partial = physics.streams(o)
+            partial = physics.AsyncKnobs.of(o).streams
             rkey = (gr, o["async.staleness"], partial)
             if rkey not in best_r:
                 rows, feats, raws = [], [], []
                 for r in _checked(r_all, deadline):
                     if space.rollout_valid(r, gr):
                         continue
-                    ro = physics.rollout_part(mf, tf, gname, gr, physics.RolloutKnobs.of(r, mf, partial), reach)
+                    ro = physics.rollout_part(mf, tf, gname, gr, physics.RolloutKnobs.of(r, partial).on(mf), reach)
                     if not ro.feasible or fc.memory.p_side("rollout", -ro.free_frac) < P_FIT_MIN:
                         continue
                     kk = dict(ko) | r
@@ -464,7 +465,7 @@ def candidates(
                 for t in _checked(t_all, deadline):
                     if space.trainer_valid(t, gt):
                         continue
-                    tr = physics.trainer_of(mf, tf, gname, gt, t)
+                    tr = physics.trainer_of(mf, tf, gname, gt, physics.TrainerKnobs.of(t))
                     if not tr.feasible or fc.memory.p_side("trainer", tr.mem_frac) < P_FIT_MIN:
                         continue
                     kk = dict(ko) | t
@@ -593,12 +594,12 @@ def flat_key(k: dict, budget: int, gpn: int) -> str:
     if kk.get("placement") == "colocated":
         kk["trainerGpus"] = None
     elif not kk.get("trainerGpus"):
-        kk["trainerGpus"] = physics.split(k, budget, gpn)[1]
+        kk["trainerGpus"] = layout_of(k, budget, gpn).trainer
     return repr(sorted(kk.items(), key=lambda x: x[0]))
 
 
 def explicit(cfg: RLConfig, budget: int, gpn: int) -> RLConfig:
     """The configuration with gpus (and trainerGpus when disaggregated) filled in."""
-    gpus, gt, _ = physics.split(cfg.flat(), budget, gpn)
+    gpus, gt, _ = layout_of(cfg.flat(), budget, gpn).parts
     upd = {"gpus": gpus, "trainer_gpus": gt if cfg.placement == "disaggregated" else None}
     return cfg.model_copy(update=upd)

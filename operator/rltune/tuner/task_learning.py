@@ -55,9 +55,9 @@ def tool_latency(fc: "Forecaster", spec: RLTuningJobSpec, tf: physics.TaskFacts)
     if not tf.agentic or task.tool_latency_seconds is not None or not fc.obs:
         return tf
     cfg, s = fc.obs[0]
-    k = cfg.flat()
+    k = physics.Knobs.of(cfg.flat())
     measured = s.phases.get("tool", 0.0)
-    if measured <= 0.0 or tf.tool_s <= 0.0 or physics.streams(k):
+    if measured <= 0.0 or tf.tool_s <= 0.0 or k.async_.streams:
         return tf  # a streaming rollout does not drain: its tool idle says little about the latency
 
     def tool_at(lat: float) -> tuple[physics.TaskFacts, float]:
@@ -96,13 +96,13 @@ def trainer_memory(fc: "Forecaster", tf: physics.TaskFacts) -> physics.TaskFacts
     for cfg, s in fc.obs:
         if s.trainer_memory_max <= 0.0 or s.longest_sequence_max <= 0.0:
             continue
-        k = cfg.flat()
+        k = physics.Knobs.of(cfg.flat())
         at = physics.trainer_memory_at(fc.model, tf, fc.gpu_type, fc.gpn, k, fc.budget, s.longest_sequence_max)
         if at is None or at.activations <= 0.0:
             continue
         grown = s.trainer_memory_max - (at.total - at.activations)
         if grown > 0.0:
-            logs.setdefault(k["trainer.recompute"], []).append(math.log(grown / at.activations))
+            logs.setdefault(k.trainer.recompute, []).append(math.log(grown / at.activations))
     scales = tuple(
         sorted(
             (mode, round(min(max(math.exp(float(np.mean(v))), 1 / ACT_SCALE_MAX), ACT_SCALE_MAX), 3))

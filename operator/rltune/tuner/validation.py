@@ -31,8 +31,8 @@ from pydantic import ValidationError
 
 from ..adapters.registry import FRAMEWORKS
 from ..adapters.registry import problems as framework_problems
+from ..api.layout import layout_of
 from ..api.models import RLConfig, RLTuningJobSpec
-from . import physics
 from .knobs import BY_PATH, MAX_REPLICA_NODES, ROLLOUT_KNOBS, TRAINER_KNOBS
 from .search import MAX_SPACE, MAX_WORK, Space
 
@@ -317,7 +317,7 @@ def _layout_problem(space: Space, side: str, reason: str, full: dict, gr: int, g
 def _baseline(space: Space) -> list[Problem]:
     """The baseline must be a configuration the search itself would accept (it is trial zero)."""
     base = space.base
-    gpus, gt, gr = physics.split(base, space.budget, space.gpn)
+    gpus, gt, gr = layout_of(base, space.budget, space.gpn).parts
     if gpus > space.budget:
         return [
             Problem(
@@ -406,7 +406,7 @@ def _some_valid_configuration(space: Space) -> list[Problem]:
     why_t: Counter = Counter()
     count, example = 0, None
     for o in itertools.chain([first], outer):
-        _, gt, gr = physics.split(dict(space.base) | o, space.budget, space.gpn)
+        _, gt, gr = layout_of(dict(space.base) | o, space.budget, space.gpn).parts
         if gr < 1 or gt < 1:
             continue
         if gr not in valid_r:
