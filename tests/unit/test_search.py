@@ -1,9 +1,11 @@
 """Search: validity, de-duplication, the GPU budget, staleness limit, frozen knobs, TaskSpec untouched."""
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from test_tuner_fixtures import job, steps
 
 from rltune.api.models import TaskSpec
@@ -256,13 +258,16 @@ def test_a_truncated_search_never_ends_for_it():
 
 
 def test_the_catalog_covers_the_models_knobs_with_their_types():
-    """A knob's default is declared once, on RLConfig (api/models.py); the catalog reads it from there
-    (Knob.default). The catalog must cover every knob the model has, and each model default must be
-    of the catalog's declared type (an "int" knob defaulting to a string would mislead the search)."""
-    from rltune.api.models import RLConfig
+    """A knob is declared once, on RLConfig (api/models.py: type, default, bounds, and its KnobRole's
+    group and layout role); the catalog reads it from there. Every RLConfig leaf but `gpus` is a
+    declared knob, every declared knob has a catalog entry and no entry is undeclared, and each
+    default is of the declared type (an "int" knob defaulting to a string would mislead the search)."""
+    from rltune.api.models import RLConfig, declared
 
-    defaults = RLConfig().flat()
-    assert {k.path for k in CATALOG if not k.path.startswith("cpu.")} == set(defaults) - {"gpus", "cpu"}
+    leaves = set(RLConfig().flat()) - {"gpus", "cpu"}
+    assert {p for p in declared() if not p.startswith("cpu.")} == leaves
+    assert [k.path for k in CATALOG if k.path not in declared()] == []
+    assert set(declared()) - {k.path for k in CATALOG} == set()
     kinds = {"int": (int,), "float": (float, int), "bool": (bool,), "enum": (str,)}
     wrong = {
         k.path: (k.type, k.default)
@@ -271,3 +276,32 @@ def test_the_catalog_covers_the_models_knobs_with_their_types():
         and (not isinstance(k.default, kinds[k.type]) or (k.type == "int" and isinstance(k.default, bool)))
     }
     assert wrong == {}
+
+
+def _example_specs():
+    root = Path(__file__).resolve().parents[2] / "examples"
+    return [
+        pytest.param(d["spec"], id=f.name)
+        for f in sorted(root.glob("*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
+        if d and d.get("kind") == "RLTuningJob"
+    ]
+
+
+@pytest.mark.parametrize("raw", _example_specs())
+def test_every_default_candidate_is_within_the_declared_bounds(raw):
+    """The search's default ranges (Knob.values) stay inside what RLConfig declares (bounds, enum
+    values): a candidate outside them would be refused by the model at trial time."""
+    from rltune.api.models import RLTuningJobSpec
+
+    spec = RLTuningJobSpec.model_validate(raw)
+    model = spec.workload.model.resolved()
+    outside = {}
+    for k in CATALOG:
+        d = k.declared
+        for v in k.values(spec, model):
+            low = d.minimum is not None and v is not None and v < d.minimum
+            high = d.maximum is not None and v is not None and v > d.maximum
+            if (d.choices and v not in d.choices) or low or high:
+                outside.setdefault(k.path, []).append(v)
+    assert outside == {}

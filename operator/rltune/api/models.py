@@ -18,6 +18,7 @@ from typing import Annotated, Any, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from .knob_fields import DeclaredKnob, KnobRole, declared_knobs
 from .layout import Layout, layout
 from .metrics import STEP_METRICS, TRIAL_METRICS
 from .presets import PRESETS
@@ -530,11 +531,19 @@ def toleration_problems(t: Any) -> list[str]:
 
 
 class TrainerKnobs(CamelModel):
-    tp: int = Field(1, ge=1, le=64, description="Trainer tensor parallel size.")
-    pp: int = Field(1, ge=1, le=64, description="Trainer pipeline parallel size.")
-    cp: int = Field(1, ge=1, le=64, description="Trainer context parallel size.")
-    ep: int = Field(1, ge=1, le=256, description="Trainer expert parallel size (MoE only).")
-    etp: Optional[int] = Field(
+    tp: Annotated[int, KnobRole("trainer", layout=True)] = Field(
+        1, ge=1, le=64, description="Trainer tensor parallel size."
+    )
+    pp: Annotated[int, KnobRole("trainer", layout=True)] = Field(
+        1, ge=1, le=64, description="Trainer pipeline parallel size."
+    )
+    cp: Annotated[int, KnobRole("trainer", layout=True)] = Field(
+        1, ge=1, le=64, description="Trainer context parallel size."
+    )
+    ep: Annotated[int, KnobRole("trainer", layout=True, moe_only=True)] = Field(
+        1, ge=1, le=256, description="Trainer expert parallel size (MoE only)."
+    )
+    etp: Annotated[Optional[int], KnobRole("trainer", layout=True, moe_only=True)] = Field(
         None,
         ge=1,
         le=64,
@@ -542,13 +551,15 @@ class TrainerKnobs(CamelModel):
         "Unset = trainer.tp (Megatron's default); 1 keeps an expert whole on one GPU, so ep*etp GPUs per pipeline "
         "stage hold the experts. A value equal to trainer.tp is the default and is stored unset.",
     )
-    micro_batch_tokens: int = Field(
+    micro_batch_tokens: Annotated[int, KnobRole("trainer")] = Field(
         16384, ge=256, le=1048576, description="Token budget of one training micro-batch per GPU (dynamic batch size)."
     )
-    recompute: Literal["none", "selective", "full"] = Field(
+    recompute: Annotated[Literal["none", "selective", "full"], KnobRole("trainer")] = Field(
         "selective", description="Activation recomputation: trades compute for activation memory."
     )
-    offload: bool = Field(False, description="Offload optimizer state and parameters to host memory.")
+    offload: Annotated[bool, KnobRole("trainer")] = Field(
+        False, description="Offload optimizer state and parameters to host memory."
+    )
 
     @staticmethod
     def kept_etp(tp: Optional[int], etp: Optional[int]) -> Optional[int]:
@@ -568,19 +579,27 @@ class TrainerKnobs(CamelModel):
 
 
 class RolloutKnobs(CamelModel):
-    tp: int = Field(1, ge=1, le=64, description="Rollout (vLLM) tensor parallel size of one engine replica.")
-    expert_parallel: bool = Field(
+    tp: Annotated[int, KnobRole("rollout", layout=True)] = Field(
+        1, ge=1, le=64, description="Rollout (vLLM) tensor parallel size of one engine replica."
+    )
+    expert_parallel: Annotated[bool, KnobRole("rollout", layout=True, moe_only=True)] = Field(
         False, description="Shard MoE experts across the replica's GPUs (vLLM expert parallel)."
     )
-    gpu_memory_utilization: float = Field(
+    gpu_memory_utilization: Annotated[float, KnobRole("rollout")] = Field(
         0.5, ge=0.05, le=0.98, description="Fraction of GPU memory vLLM may use (weights + KV cache)."
     )
-    max_num_seqs: int = Field(256, ge=1, le=8192, description="Most sequences one engine decodes at once.")
-    max_num_batched_tokens: int = Field(
+    max_num_seqs: Annotated[int, KnobRole("rollout")] = Field(
+        256, ge=1, le=8192, description="Most sequences one engine decodes at once."
+    )
+    max_num_batched_tokens: Annotated[int, KnobRole("rollout")] = Field(
         8192, ge=16, le=1048576, description="Token budget of one engine iteration (chunked prefill)."
     )
-    cuda_graphs: bool = Field(True, description="Capture CUDA graphs for decode (false = enforce_eager).")
-    fp8: bool = Field(False, description="Serve rollouts with FP8 weights (faster, larger log-prob mismatch).")
+    cuda_graphs: Annotated[bool, KnobRole("rollout")] = Field(
+        True, description="Capture CUDA graphs for decode (false = enforce_eager)."
+    )
+    fp8: Annotated[bool, KnobRole("rollout")] = Field(
+        False, description="Serve rollouts with FP8 weights (faster, larger log-prob mismatch)."
+    )
 
     @field_validator("gpu_memory_utilization", mode="before")
     @classmethod
@@ -597,13 +616,13 @@ FRACTION_MESSAGE = (
 
 
 class AsyncKnobs(CamelModel):
-    staleness: int = Field(
+    staleness: Annotated[int, KnobRole("async")] = Field(
         0, ge=0, le=16, description="Policy versions rollouts may lag the trainer (0 = synchronous, on-policy)."
     )
-    partial_rollout: bool = Field(
+    partial_rollout: Annotated[bool, KnobRole("async")] = Field(
         False, description="Interrupt long generations at weight sync and resume them under the new policy."
     )
-    stale_fraction: Optional[float] = Field(
+    stale_fraction: Annotated[Optional[float], KnobRole("async")] = Field(
         None,
         ge=0,
         le=1,
@@ -615,24 +634,28 @@ class AsyncKnobs(CamelModel):
 class CpuKnobs(CamelModel):
     """Real mode on this machine's CPUs: how the cores are split between rollout and trainer."""
 
-    rollout_threads: Optional[int] = Field(None, ge=1, le=256, description="CPU threads for the vLLM engine.")
-    trainer_threads: Optional[int] = Field(None, ge=1, le=256, description="CPU threads for torch training.")
+    rollout_threads: Annotated[Optional[int], KnobRole("cpu")] = Field(
+        None, ge=1, le=256, description="CPU threads for the vLLM engine."
+    )
+    trainer_threads: Annotated[Optional[int], KnobRole("cpu")] = Field(
+        None, ge=1, le=256, description="CPU threads for torch training."
+    )
 
 
 class RLConfig(CamelModel):
     """One configuration of the RL loop's performance knobs (canonical, framework-neutral)."""
 
     gpus: Optional[int] = Field(None, ge=1, le=4096, description="GPUs this configuration uses; default: the budget.")
-    placement: Literal["colocated", "disaggregated"] = Field(
+    placement: Annotated[Literal["colocated", "disaggregated"], KnobRole("placement")] = Field(
         "colocated", description="colocated: trainer and rollout time-share all GPUs; disaggregated: separate pools."
     )
-    trainer_gpus: Optional[int] = Field(
+    trainer_gpus: Annotated[Optional[int], KnobRole("placement")] = Field(
         None, ge=1, le=4096, description="Disaggregated only: GPUs of the trainer pool (the rest serve rollouts)."
     )
     trainer: TrainerKnobs = Field(default_factory=TrainerKnobs, description="Trainer parallelism and memory knobs.")
     rollout: RolloutKnobs = Field(default_factory=RolloutKnobs, description="vLLM rollout engine knobs.")
     async_: AsyncKnobs = Field(default_factory=AsyncKnobs, alias="async", description="Async staleness knobs.")
-    weight_sync: Literal["nccl", "checkpoint-engine", "disk"] = Field(
+    weight_sync: Annotated[Literal["nccl", "checkpoint-engine", "disk"], KnobRole("sync")] = Field(
         "nccl", description="How new weights reach the rollout engines after each update."
     )
     cpu: Optional[CpuKnobs] = Field(None, description="Real mode on CPUs only: thread split.")
@@ -674,6 +697,11 @@ class RLConfig(CamelModel):
         import json
 
         return json.dumps(self.flat(), sort_keys=True)
+
+
+def declared() -> dict[str, DeclaredKnob]:
+    """Every knob RLConfig declares (a field with a KnobRole), by path: what the tuner's catalog reads."""
+    return declared_knobs(RLConfig)
 
 
 def knob_paths() -> list[str]:

@@ -1,14 +1,16 @@
-"""The knob catalog: every canonical performance knob the tuner may move, and all it knows of one.
+"""The knob catalog: every canonical performance knob the tuner may move, and all the search knows of one.
 
-Each knob has a group (which half of a configuration it belongs to: the search composes rollout
-and trainer halves under an outer context), a type, a default range (used when the job's
-searchSpace does not list values), the default it takes in `RLConfig`, a validity rule (checked
-per configuration in `Space.rollout_valid`/`Space.trainer_valid`/`Space.outer`), a note on what
-it trades, its feature encoding (the distances that keep a batch of proposals diverse) and its
-prior in the forecaster (how far the physics is trusted on this knob, per side of the step it
-changes). Modules derive their knob lists from here. Algorithm parameters (the job's TaskSpec:
-prompts per step, samples per prompt, lengths, learning rate, loss) are not knobs and are never
-changed.
+A knob is declared once, on RLConfig (api/models.py, read through api/knob_fields.py): its path,
+type, default, bounds, group (which half of a configuration it belongs to: the search composes
+rollout and trainer halves under an outer context) and layout role. The pydantic model, the CRD
+and validation's bounds come from that declaration, and so does everything below that `Knob`
+reads through `declared`. What only the search needs is added here: a default range (used when
+the job's searchSpace does not list values), a validity rule (checked per configuration in
+`Space.rollout_valid`/`Space.trainer_valid`/`Space.outer`), a note on what it trades, its feature
+encoding (the distances that keep a batch of proposals diverse) and its prior in the forecaster
+(how far the physics is trusted on this knob, per side of the step it changes). Modules derive
+their knob lists from here. Algorithm parameters (the job's TaskSpec: prompts per step, samples
+per prompt, lengths, learning rate, loss) are not knobs and are never changed.
 
 Ranges are deliberately modest: the default product of all ranges is what `rltune plan`
 enumerates, so it must stay in the tens of thousands of valid configurations.
@@ -21,15 +23,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Literal, Mapping
 
 from ..api.hardware import gpu as gpu_spec
-from ..api.models import CpuKnobs, ModelArch, RLConfig, RLTuningJobSpec
+from ..api.knob_fields import DeclaredKnob, Group
+from ..api.models import ModelArch, RLTuningJobSpec, declared
 from .physics import model_state_bytes
 
-# every knob's default, from the model that declares it (RLConfig; the real-mode CPU split's CpuKnobs)
-DEFAULTS: dict[str, Any] = RLConfig().flat() | {f"cpu.{k}": v for k, v in CpuKnobs().model_dump(by_alias=True).items()}
-
-# placement: where the halves run (placement, trainer split); sync: how weights move; trainer and
-# rollout: the two halves; async: what may overlap; cpu: the real-mode CPU split.
-Group = Literal["placement", "sync", "trainer", "rollout", "async", "cpu"]
+# What RLConfig declares of every knob: path, type, default, bounds, group, layout role.
+DECLARED: dict[str, DeclaredKnob] = declared()
 # The sides of a step the forecaster calibrates separately: the rollout (generation), the trainer
 # (log-prob passes and update) and the weight sync.
 Side = Literal["rollout", "trainer", "sync"]
@@ -37,14 +36,13 @@ Side = Literal["rollout", "trainer", "sync"]
 
 @dataclass(frozen=True)
 class Knob:
+    """One knob as the search sees it: what RLConfig declares of it (`declared`, and the properties
+    that read it) and what only the search needs."""
+
     path: str
-    group: Group
-    type: str  # int | float | bool | enum
     values: Callable[[RLTuningJobSpec, ModelArch], list]  # default candidate values for a job
     rule: str  # validity rule, human-readable
     trades: str  # what moving it trades
-    moe_only: bool = False
-    layout: bool = False  # the validity rules read it (a parallel layout: divides heads, GPUs, experts)
     # feature name -> encoding of the knob's value, scaled so that one "step" of any knob is a
     # distance of about 1-2 (batch diversity)
     features: Mapping[str, Callable[[Any], float]] = field(default_factory=dict)
@@ -53,10 +51,30 @@ class Knob:
     prior_sd: Mapping[Side, float] = field(default_factory=dict)
 
     @property
+    def declared(self) -> DeclaredKnob:
+        return DECLARED[self.path]
+
+    @property
+    def group(self) -> Group:
+        return self.declared.role.group
+
+    @property
+    def type(self) -> str:
+        return self.declared.type
+
+    @property
+    def layout(self) -> bool:
+        """The validity rules read it (a parallel layout: divides heads, GPUs, experts)."""
+        return self.declared.role.layout
+
+    @property
+    def moe_only(self) -> bool:
+        return self.declared.role.moe_only
+
+    @property
     def default(self) -> Any:
-        """The value a job that leaves the knob out runs with: RLConfig's own default (api/models.py
-        declares it once, with its type and bounds)."""
-        return DEFAULTS[self.path]
+        """The value a job that leaves the knob out runs with."""
+        return self.declared.default
 
 
 def _log2(v) -> float:
@@ -142,8 +160,6 @@ def _trainer_pp(spec: RLTuningJobSpec, m: ModelArch) -> list[int]:
 CATALOG: list[Knob] = [
     Knob(
         "placement",
-        "placement",
-        "enum",
         lambda s, m: ["colocated", "disaggregated"],
         "disaggregated needs at least one node per side",
         "colocated time-shares every GPU between rollout and trainer (no idle GPUs, no overlap); "
@@ -155,16 +171,12 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "trainerGpus",
-        "placement",
-        "int",
         lambda s, m: [],  # derived from gpus by search (fractions of the pool)
         "disaggregated only; whole nodes; 1/4..3/4 of the configuration's GPUs",
         "more trainer GPUs shorten training but leave fewer rollout replicas",
     ),
     Knob(
         "weightSync",
-        "sync",
-        "enum",
         lambda s, m: ["nccl", "checkpoint-engine"],
         "none",
         "checkpoint-engine streams weights in buckets over every NIC; disk is slow but simple",
@@ -173,66 +185,47 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "trainer.tp",
-        "trainer",
-        "int",
         _tp,
         "divides heads; <= GPUs per node; tp*pp*cp divides the trainer GPUs",
         "shards weights and activations (memory) at the price of all-reduce traffic",
-        layout=True,
         features={"ttp": _log2},
         prior_sd={"trainer": 0.3},
     ),
     Knob(
         "trainer.pp",
-        "trainer",
-        "int",
         _trainer_pp,
         "<= layers/4; tp*pp*cp divides the trainer GPUs",
         "shards layers (memory) at the price of the pipeline bubble (PP-1)/(m+PP-1)",
-        layout=True,
         features={"tpp": _log2},
         prior_sd={"trainer": 0.3},
     ),
     Knob(
         "trainer.cp",
-        "trainer",
-        "int",
         lambda s, m: [1],
         "divides the trainer GPUs with tp*pp",
         "splits long sequences (activation memory) at the price of ring attention traffic",
-        layout=True,
         features={"tcp": _log2},
         prior_sd={"trainer": 0.3},
     ),
     Knob(
         "trainer.ep",
-        "trainer",
-        "int",
         _trainer_ep,
         "MoE only; divides the routed experts; <= trainer GPUs / (pp*cp)",
         "shards experts (memory, fewer expert weights per GPU) at the price of all-to-all traffic",
-        moe_only=True,
-        layout=True,
         features={"tep": _log2},
         prior_sd={"trainer": 0.4},
     ),
     Knob(
         "trainer.etp",
-        "trainer",
-        "int",
         lambda s, m: [None, 1] if m.is_moe else [None],
         "MoE only; unset = trainer.tp; divides the expert width; ep*etp divides the trainer GPUs / pp",
         "1 keeps each expert whole on a GPU (wider expert GEMMs, the all-to-all inside ep GPUs instead of "
         "ep*tp) at the price of ep-times fewer GPUs sharing each expert's memory than ep*tp",
-        moe_only=True,
-        layout=True,
         features={"tetp": lambda v: 0.0 if v is None else 1.0 + _log2(v)},
         prior_sd={"trainer": 0.3},
     ),
     Knob(
         "trainer.microBatchTokens",
-        "trainer",
-        "int",
         lambda s, m: [8192, 16384, 32768],
         "verl: >= max prompt + response / cp (its adapter checks); elsewhere a longer sequence forms its own "
         "micro-batch, so activation memory follows the longest sequence and must fit",
@@ -242,8 +235,6 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "trainer.recompute",
-        "trainer",
-        "enum",
         lambda s, m: ["none", "selective", "full"],
         "activation memory must fit",
         "full recompute adds ~1/3 forward compute but frees almost all activation memory",
@@ -252,8 +243,6 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "trainer.offload",
-        "trainer",
-        "bool",
         lambda s, m: [False, True],
         "none",
         "OpenRLHF (DeepSpeed CPU Adam): offloading optimizer state frees GPU memory but slows every "
@@ -264,33 +253,24 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "rollout.tp",
-        "rollout",
-        "int",
         _rollout_tp,
         "divides heads; <= GPUs per node or whole nodes (a replica spanning nodes); divides the rollout GPUs; "
         "weights/tp must fit in the memory share",
         "bigger TP: lower per-token latency (long tail) but fewer replicas and more all-reduce per token; "
         "beyond a node the all-reduces cross the NICs (or an NVL72 rack's NVLink)",
-        layout=True,
         features={"rtp": _log2},
         prior_sd={"rollout": 0.4, "sync": 0.3},
     ),
     Knob(
         "rollout.expertParallel",
-        "rollout",
-        "bool",
         lambda s, m: [False, True],
         "MoE only",
         "expert parallel replaces TP all-reduce of expert layers by all-to-all",
-        moe_only=True,
-        layout=True,
         features={"rep": lambda v: 1.5 * bool(v)},
         prior_sd={"rollout": 0.3},
     ),
     Knob(
         "rollout.gpuMemoryUtilization",
-        "rollout",
-        "float",
         lambda s, m: [0.5, 0.6, 0.7, 0.8, 0.9],
         "weights/tp + activation peak must fit under it; colocated: the trainer must fit in the rest while it sleeps",
         "more KV cache (more concurrent sequences, fewer preemptions) against memory for everything else",
@@ -299,8 +279,6 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "rollout.maxNumSeqs",
-        "rollout",
-        "int",
         lambda s, m: [128, 256, 512, 1024],
         "none",
         "more concurrent sequences raise decode throughput until KV capacity runs out (preemption)",
@@ -309,8 +287,6 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "rollout.maxNumBatchedTokens",
-        "rollout",
-        "int",
         lambda s, m: [8192, 16384],
         "none",
         "bigger chunked-prefill budget speeds prefill, costs activation memory and decode latency",
@@ -319,8 +295,6 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "rollout.cudaGraphs",
-        "rollout",
-        "bool",
         lambda s, m: [True],
         "none",
         "CUDA graphs remove decode launch overhead at the price of some memory",
@@ -329,8 +303,6 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "rollout.fp8",
-        "rollout",
-        "bool",
         lambda s, m: [False, True],
         "none",
         "FP8 rollout weights halve weight reads (faster decode) but raise the log-prob mismatch",
@@ -339,8 +311,6 @@ CATALOG: list[Knob] = [
     ),
     Knob(
         "async.staleness",
-        "async",
-        "int",
         lambda s, m: list(range(0, s.constraints.max_staleness + 1)),
         "<= constraints.maxStaleness",
         "lets rollout overlap training (and the long tail) at the price of off-policy samples",
@@ -351,8 +321,6 @@ CATALOG: list[Knob] = [
     # its correction is the forecaster's derived "partial rollout streams" (it needs staleness >= 1)
     Knob(
         "async.partialRollout",
-        "async",
-        "bool",
         lambda s, m: [False, True],
         "needs staleness >= 1",
         "cuts the long tail by resuming long generations under the next policy",
@@ -363,8 +331,6 @@ CATALOG: list[Knob] = [
     # that can run it supplies them (rltune.adapters)
     Knob(
         "async.staleFraction",
-        "async",
-        "float",
         lambda s, m: [],
         "0..1; only where the framework expresses it (verl fully-async); staleness >= 1",
         "lets up to this share of a batch come from older policies: more overlap, more off-policy samples",
@@ -374,16 +340,12 @@ CATALOG: list[Knob] = [
     # the forecaster cannot rank them: trials measure them).
     Knob(
         "cpu.rolloutThreads",
-        "cpu",
-        "int",
         lambda s, m: [],
         "real mode (gpuType CPU) only; listed values only",
         "more threads speed vLLM's decode, leave fewer cores to the trainer when they overlap",
     ),
     Knob(
         "cpu.trainerThreads",
-        "cpu",
-        "int",
         lambda s, m: [],
         "real mode (gpuType CPU) only; listed values only",
         "more threads speed the torch update, leave fewer cores to the rollout when they overlap",
