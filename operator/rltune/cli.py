@@ -31,16 +31,12 @@ def load_job(path: str) -> tuple[str, str, RLTuningJobSpec]:
         raise SystemExit(f"rltune: {path}: not a YAML mapping")
     meta = doc.get("metadata") or {}
     body = doc.get("spec", doc) if "kind" in doc or "spec" in doc else doc
-    try:
-        spec = RLTuningJobSpec.model_validate(body)
-    except Exception as e:  # pydantic ValidationError: show it plainly
-        raise SystemExit(f"rltune: {path}: invalid RLTuningJob spec:\n{e}") from None
-    from .adapters.registry import resolve
+    from .admission import Refused, admit
 
     try:
-        spec = resolve(spec)  # a framework job's baseline is the command it runs today
-    except ValueError as e:
-        raise SystemExit(f"rltune: {path}: {e}") from None
+        spec = admit(body)  # the operator's own admission check: what it refuses, the CLI refuses
+    except Refused as e:
+        raise SystemExit(f"rltune: {path}: refused ({e.reason}): {e}") from None
     return meta.get("namespace", "default"), meta.get("name", Path(path).stem), spec
 
 

@@ -20,8 +20,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Callable, Optional, Protocol
 
-from pydantic import ValidationError
-
+from .. import admission
 from ..adapters.registry import adapter_for
 from ..api.layout import nodes_for
 from ..api.models import RLTuningJobSpec
@@ -132,35 +131,13 @@ METRICS_BUDGET_S = 15.0
 QUERY_TIMEOUT_S = 10.0
 
 
-class InvalidSpec(ValueError):
-    """A spec the operator will not run; `reason` is the SpecValid condition's reason."""
-
-    def __init__(self, message: str, reason: str = "InvalidSpec"):
-        super().__init__(message)
-        self.reason = reason
+# A spec the operator will not run; `reason` is the SpecValid condition's reason (admission.Refused).
+InvalidSpec = admission.Refused
 
 
 def validate_spec(raw: dict) -> RLTuningJobSpec:
-    """pydantic validation plus the cross-field rules the CRD checks with CEL; the message names the field."""
-    try:
-        spec = RLTuningJobSpec.model_validate(raw or {})
-    except ValidationError as e:
-        errs = []
-        for err in e.errors()[:3]:
-            loc = ".".join(str(x) for x in err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            errs.append(f"spec.{loc}: {msg}" if loc else f"spec: {msg}")
-        raise InvalidSpec("; ".join(errs)) from None
-    from ..adapters.registry import resolve
-
-    try:
-        spec = resolve(spec)  # a framework job's baseline is the command it runs today
-    except ValueError as e:
-        raise InvalidSpec(str(e), "InvalidCommand") from None
-    b = spec.baseline
-    if b.placement == "disaggregated" and b.trainer_gpus is not None and b.trainer_gpus >= records.gpus_of(spec, b):
-        raise InvalidSpec("spec.baseline.trainerGpus must be fewer than baseline.gpus when placement is disaggregated")
-    return spec
+    """admission.parse: pydantic, the CEL-equivalent cross-field rules and the command read as the baseline."""
+    return admission.parse(raw)
 
 
 def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
@@ -169,16 +146,10 @@ def preflight(spec: RLTuningJobSpec, settings: OperatorSettings) -> None:
     (the podTemplate, merged into the trial pods, the job's tolerations and priority class) that ask
     for more than the cluster admin allows (podsecurity.check_job). (A verl/OpenRLHF command that
     does not load is refused in `validate_spec`, when its baseline is read.)"""
-    from ..tuner.validation import check_spec
-
     problems = endpoints.problems(spec.metrics.prometheus_url, spec.metrics.pushgateway_url, settings)
     if problems:  # before anything else: no request is ever made to an endpoint the admin did not list
         raise InvalidSpec("; ".join(problems), "EndpointNotAllowed")
-    problems = [str(p) for p in check_spec(spec)]
-    if spec.workload.framework == "twin":
-        from ..twin.efficiency import check_scenario
-
-        problems += check_scenario(spec.workload.scenario)
+    problems = admission.problems(spec)  # the same check as `rltune plan`
     if problems:
         raise InvalidSpec("; ".join(problems[:4]))
     try:  # the podTemplate, the job's tolerations and priority class, and the trial pods it makes
