@@ -181,7 +181,7 @@ def test_memory_fraction_as_percent_refused(value):
         ({"workload__image": "r/" + "x" * 1100}, "spec.workload.image", "at most 1024"),
         ({"workload__image": ""}, "spec.workload.image", "at least 1"),
         ({"workload__args": ["a" * 9000]}, "spec.workload.args", "at most 8192"),
-        ({"workload__command": ["x"] * 65}, "spec.workload.command", "at most 64"),
+        ({"workload__command": ["x"] * 1025}, "spec.workload.command", "at most 1024"),
         ({"workload__env": [{"name": "FOO=BAR", "value": "1"}]}, "spec.workload.env[0].name", "other than '='"),
         ({"workload__env": [{"name": "A", "value": "v"}] * 129}, "spec.workload.env", "at most 128"),
         ({"resources__nodeSelector": {"gpu pool!": "a"}}, "spec.resources.nodeSelector", "is not a label key"),

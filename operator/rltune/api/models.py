@@ -29,8 +29,10 @@ from .presets import PRESETS
 # limit the bound is Kubernetes' (sources below), elsewhere a generous sane bound.
 IMAGE_MAX = 1024  # registry host (<= 253) + repository (< 256) + tag (<= 128) + digest (71) fit
 ARG_MAX = 8192  # one command or args item
-COMMAND_MAX_ITEMS = 64
-ARGS_MAX_ITEMS = 256
+# verl's and OpenRLHF's own launch scripts run 74-117 items with their Hydra overrides or flags in
+# the command (tests/fixtures/launch_scripts): room for several times that
+COMMAND_MAX_ITEMS = 1024
+ARGS_MAX_ITEMS = 1024
 ENV_MAX_ITEMS = 128
 ENV_NAME_MAX = 256
 ENV_VALUE_MAX = 32768
