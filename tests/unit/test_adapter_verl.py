@@ -576,7 +576,7 @@ def _problems(backend: str, **knobs) -> list[str]:
         ("fsdp", {"placement": "disaggregated", "trainerGpus": 8, "weightSync": "disk"}, "checkpoint_engine backend"),
         ("fsdp", {"placement": "disaggregated", "trainerGpus": 8, "async.partialRollout": True}, "partialRollout"),
         ("fsdp", {"gpus": 12}, "whole number"),
-        ("fsdp", {"placement": "disaggregated", "trainerGpus": 12}, "whole number"),
+        ("fsdp", {"placement": "disaggregated", "trainerGpus": 11}, "same share of every node"),
         ("fsdp", {"rollout.tp": 8}, "tensor_model_parallel_size (8)"),
         ("fsdp", {"gpus": 24, "rollout.tp": 12}, "not whole nodes"),
         ("fsdp", {"rollout.expertParallel": True}, "MoE"),
@@ -642,3 +642,74 @@ def test_expert_tensor_parallel_reaches_verl_and_comes_back():
     (problem,) = verl.problems(spec, wide, user)
     assert "expert_tensor_parallel_size (2)" in problem and "set trainer.etp 1" in problem
     assert verl.problems(spec, wide.with_knobs({"trainer.etp": 1}), user) == []
+
+
+# --------------------------------------------------------------------------- issue 58: real launch scripts
+
+
+def _overrides(cmd) -> dict:
+    return dict(split_override(t) for t in cmd.overrides if split_override(t)[0])
+
+
+def test_a_layout_sharing_every_node_is_accepted_and_written_per_node():
+    """verl's one-step-off 4+12: trainer 2 x 6 and rollout 2 x 2 on two 8-GPU nodes."""
+    config = RLConfig().with_knobs(
+        {"gpus": 16, "trainer.recompute": "full", "placement": "disaggregated", "trainerGpus": 12, "async.staleness": 1}
+    )
+    command = COMMANDS["fsdp"]
+    assert verl.problems(spec_for(command), config, command) == []
+    w = _overrides(verl.command(spec_for(command), config, command))
+    assert (w["trainer.nnodes"], w["trainer.n_gpus_per_node"], w["rollout.nnodes"], w["rollout.n_gpus_per_node"]) == (
+        "2",
+        "6",
+        "2",
+        "2",
+    )
+
+
+def test_offload_read_and_written_through_megatrons_own_optimizer_option():
+    """`+...override_optimizer_config.optimizer_cpu_offload=True` offloads the optimizer too: the
+    baseline reads offload on, and a plan turning it off turns that option off as well."""
+    opt = "actor_rollout_ref.actor.optim.override_optimizer_config.optimizer_cpu_offload"
+    command = COMMANDS["megatron"] + [f"+{opt}=True"]
+    assert verl.read(command)["trainer.offload"] is True
+    config = RLConfig().with_knobs({"gpus": 16, "trainer.offload": False})
+    cmd = verl.command(spec_for(command), config, command)
+    assert _overrides(cmd)[opt] == "False"
+    assert [t for t in cmd.overrides if opt in t] == [f"++{opt}=False"]  # added to verl's empty dict, once
+
+
+def test_a_fixed_micro_batch_is_read_as_its_tokens_and_kept():
+    """No dynamic batching: the baseline's microBatchTokens is ppo_micro_batch_size_per_gpu x (max prompt
+    + response), and a plan that keeps it does not turn dynamic batching on."""
+    command = [t for t in COMMANDS["fsdp"] if "use_dynamic_bsz" not in t and "ppo_max_token_len" not in t] + [
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2"
+    ]
+    spec = spec_for(command)
+    read = verl.read(command)
+    given = dict(split_override(t) for t in command if "=" in t)
+    seq = int(given["data.max_prompt_length"]) + int(given["data.max_response_length"])
+    assert read["trainer.microBatchTokens"] == 2 * seq
+    same = RLConfig().with_knobs(read | {"gpus": 16})
+    assert "actor_rollout_ref.actor.use_dynamic_bsz" not in _overrides(verl.command(spec, same, command))
+    bigger = same.with_knobs({"trainer.microBatchTokens": 4 * seq})
+    assert _overrides(verl.command(spec, bigger, command))["actor_rollout_ref.actor.use_dynamic_bsz"] == "True"
+
+
+def test_the_run_length_is_carried_into_fully_async_and_back():
+    """trainer.total_training_steps x prompts per step becomes rollout.total_rollout_steps (fully-async's
+    rollouter counts prompts), and back; the ignored key is not left behind."""
+    command = COMMANDS["fsdp"] + ["trainer.total_training_steps=100"]
+    spec = spec_for(command)
+    fa = RLConfig().with_knobs(
+        {"gpus": 16, "trainer.recompute": "full", "placement": "disaggregated", "trainerGpus": 8, "async.staleness": 2}
+    )
+    w = _overrides(verl.command(spec, fa, command))
+    assert w["rollout.total_rollout_steps"] == str(100 * 512)
+    assert "trainer.total_training_steps" not in w
+    assert w["algorithm.rollout_correction.bypass_mode"] == "False"  # the hybrid run's setting, not fully-async's
+    back_cmd = list(verl.command(spec, fa, command).argv)
+    hybrid = RLConfig().with_knobs({"gpus": 16, "trainer.recompute": "full"})
+    w2 = _overrides(verl.command(spec_for(back_cmd), hybrid, back_cmd))
+    assert w2["trainer.total_training_steps"] == "100" and w2["data.train_batch_size"] == "512"
+    assert w2["algorithm.rollout_correction.bypass_mode"] == "False"

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Mapping, Optional
 
-from ..api.models import RLConfig, RLTuningJobSpec
+from ..api.models import RLConfig, RLTuningJobSpec, TaskSpec
 from .base import Adapter, FrameworkCommand, Treatment
 
 FRAMEWORKS = ("verl", "openrlhf")
@@ -114,13 +114,18 @@ def resolve(spec: RLTuningJobSpec) -> RLTuningJobSpec:
     why = ad.entry_problem(cmd)
     if why:
         raise ValueError(f"spec.workload.command: {why}")
-    task = spec.workload.task.model_dump(by_alias=True)
-    for f, v in ad.read_task(cmd).items():
-        if task.get(f) != v:
+    # the task shape the command runs: a field the spec leaves out is read from it, one the spec
+    # states must agree with it
+    stated = spec.workload.task.model_dump(by_alias=True, exclude_unset=True)
+    ran = ad.read_task(cmd)
+    for f, v in ran.items():
+        if f in stated and stated[f] != v:
             raise ValueError(
-                f"spec.workload.task.{f} ({task.get(f)}) contradicts the command, which runs {v}: the forecast "
-                f"reads the task, so set spec.workload.task.{f} to {v}"
+                f"spec.workload.task.{f} ({stated[f]}) contradicts the command, which runs {v}: the forecast "
+                f"reads the task, so set spec.workload.task.{f} to {v} or leave it out"
             )
+    task = TaskSpec.model_validate(spec.workload.task.model_dump(by_alias=True, exclude_unset=True) | ran)
+    spec = spec.model_copy(update={"workload": spec.workload.model_copy(update={"task": task})})
     read = ad.read(cmd)
     given = _explicit(spec.baseline.model_dump(by_alias=True, exclude_unset=True, mode="json"))
     clash = [k for k, v in read.items() if k in given and given[k] != v]

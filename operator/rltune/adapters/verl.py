@@ -91,6 +91,9 @@ OTC = MEG + "override_transformer_config."
 FSDP = A + "fsdp_config."
 R = "actor_rollout_ref.rollout."
 REF = "actor_rollout_ref.ref."
+# Megatron's optimizer options passed through by verl (a dict, empty by default: keys are added)
+OPT_OVERRIDE = A + "optim.override_optimizer_config."
+CPU_OFFLOAD = OPT_OVERRIDE + "optimizer_cpu_offload"
 
 # verl 0.9.1 defaults of the mapped keys (trainer/config/_generated_ppo_trainer.yaml,
 # _generated_ppo_megatron_trainer.yaml, rollout/rollout.yaml, model/hf_model.yaml)
@@ -127,6 +130,7 @@ DEFAULTS: dict[str, Any] = {
     "async_training.require_batches": 1,
     "async_training.trigger_parameter_sync_step": 4,
     "rollout.nnodes": 1,  # one_step_off / fully_async configs
+    "rollout.total_rollout_steps": 100,  # fully_async_ppo_trainer.yaml: prompts the rollouter generates
     "rollout.n_gpus_per_node": 8,
     "data.train_batch_size": 1024,
     "data.max_prompt_length": 512,
@@ -170,6 +174,20 @@ BACKEND_SYNC = {"nccl": "nccl", "naive": "nccl", "kimi_ckpt_engine": "checkpoint
 # keys that only exist in (or only make sense for) one family of configs: dropped when leaving it
 MODE_ONLY_PREFIXES = {"async_training.": (SEPARATE, FULLY_ASYNC), "rollout.": (ONE_STEP, SEPARATE, FULLY_ASYNC)}
 MODE_ONLY_KEYS = {"data.gen_batch_size": (SEPARATE, FULLY_ASYNC)}
+# The keys whose defaults differ between the modes' configs (verl 0.9.1's ppo_trainer, one_step_off
+# and fully_async configs, composed and compared: tests/unit/test_launch_scripts.py keeps this true).
+# Machinery of the mode (how its engines run), which a mode change owns:
+MODE_OWNED = (
+    R + "free_cache_engine",
+    R + "standalone_gpu_memory_utilization",
+    A + "use_rollout_log_probs",
+    "data.gen_batch_size",
+)
+# Algorithm settings, which a mode change carries explicitly at the user's value (their default in
+# the user's mode where the command leaves them out):
+MODE_CARRIED = {
+    "algorithm.rollout_correction.bypass_mode": {HYBRID: False, ONE_STEP: True, SEPARATE: True, FULLY_ASYNC: True},
+}
 TRIAL_KEYS = ("trainer.total_training_steps", "trainer.save_freq", "trainer.test_freq", "trainer.val_before_train")
 
 
@@ -307,6 +325,19 @@ def _layout(gpus: int, per_node: int) -> tuple[int, int]:
     return gpus // per_node, per_node
 
 
+def _pools(trainer: int, rollout: int, nodes: int, per_node: int) -> Optional[tuple[tuple[int, int], tuple[int, int]]]:
+    """(nnodes, n_gpus_per_node) of the trainer and rollout pools of a disaggregated layout on
+    `nodes` nodes, or None where verl cannot place it. Whole-node pools (or one node) take their own
+    nodes; otherwise both pools share every node, each with the same GPUs on every node (verl's
+    one-step-off 4+12 scripts: trainer 2 x 6, rollout 2 x 2 on two 8-GPU nodes). Ray places a pool
+    as one bundle of n_gpus_per_node GPUs per node, so a pool that is neither cannot be placed."""
+    if nodes <= 1 or (trainer % per_node == 0 and rollout % per_node == 0):
+        return _layout(trainer, per_node), _layout(rollout, per_node)
+    if trainer % nodes == 0 and rollout % nodes == 0 and (trainer + rollout) // nodes <= per_node:
+        return (nodes, trainer // nodes), (nodes, rollout // nodes)
+    return None
+
+
 def _mode_of(config: RLConfig) -> str:
     a = config.async_
     if config.placement == "colocated":
@@ -374,11 +405,17 @@ class Verl:
         rule(
             "placement",
             T,
-            ("actor_rollout_ref.hybrid_engine",) + pools,
+            ("actor_rollout_ref.hybrid_engine", R + "checkpoint_engine.backend") + pools + MODE_OWNED,
             "selects the mode and entry point: colocated = main_ppo hybrid engine; disaggregated = "
-            "one_step_off_policy.main_ppo or fully_async_policy.fully_async_main with hybrid_engine=False",
+            "one_step_off_policy.main_ppo or fully_async_policy.fully_async_main with hybrid_engine=False; "
+            "the mode's own engine settings follow it, its algorithm settings keep the user's values",
         )
-        rule("gpus", T, pools, "whole nodes of spec.resources.gpusPerNode: trainer pool (+ rollout pool)")
+        rule(
+            "gpus",
+            T,
+            pools,
+            "whole nodes of spec.resources.gpusPerNode, or both pools the same share of every node",
+        )
         rule("trainerGpus", T, pools, "disaggregated: trainer.* pool; the rest is the top-level rollout.* pool")
         rule(
             "weightSync",
@@ -388,7 +425,9 @@ class Verl:
             "disk has no backend",
         )
         if backend == "megatron":
-            out.update({m.knob: m.rule for m in MEGATRON_PARALLEL})
+            for m in MEGATRON_PARALLEL:  # an explicit ref counterpart is kept in agreement (_writes)
+                r = m.rule
+                out[m.knob] = KnobRule(r.knob, r.treatment, r.keys + (REF + "megatron." + m.key[len(MEG) :],), r.note)
             rule(
                 "trainer.recompute",
                 T,
@@ -399,8 +438,10 @@ class Verl:
             rule(
                 "trainer.offload",
                 T,
-                (MEG + "param_offload", MEG + "optimizer_offload"),
-                "both (Megatron has no grad_offload key in 0.9.1); ref.megatron.param_offload follows",
+                (MEG + "param_offload", MEG + "optimizer_offload", CPU_OFFLOAD),
+                "both (Megatron has no grad_offload key in 0.9.1); ref.megatron.param_offload follows; read also "
+                "from Megatron's optimizer_cpu_offload passed through override_optimizer_config, written there "
+                "too where the command sets it",
             )
         elif backend in ("fsdp", "fsdp2"):
             why = f"{backend} shards data-parallel only: no tensor/pipeline/expert parallel key"
@@ -442,7 +483,9 @@ class Verl:
             "trainer.microBatchTokens",
             T,
             (A + "ppo_max_token_len_per_gpu", A + "use_dynamic_bsz"),
-            "dynamic batch size on; ref/rollout log-prob budgets follow by interpolation",
+            "dynamic batch size; a command with a fixed micro-batch reads as ppo_micro_batch_size_per_gpu x (max "
+            "prompt + response) tokens and keeps it unless the plan changes the size; ref/rollout log-prob budgets "
+            "follow by interpolation",
         )
         out[ROLLOUT_TP.knob] = ROLLOUT_TP.rule
         rule(
@@ -489,7 +532,10 @@ class Verl:
             out.update({m.knob: m.read(c.get) for m in MEGATRON_PARALLEL})
             g = c.get(OTC + "recompute_granularity")
             out["trainer.recompute"] = g if g in ("selective", "full") else "none"
-            out["trainer.offload"] = bool(c.get(MEG + "param_offload") or c.get(MEG + "optimizer_offload"))
+            # verl's own offload keys, or Megatron's optimizer CPU offload passed through to it
+            out["trainer.offload"] = bool(
+                c.get(MEG + "param_offload") or c.get(MEG + "optimizer_offload") or c.get(CPU_OFFLOAD)
+            )
         elif backend in ("fsdp", "fsdp2"):
             out["trainer.cp"] = max(
                 c.get(A + "ulysses_sequence_parallel_size"), c.get(FSDP + "ulysses_sequence_parallel_size")
@@ -497,7 +543,7 @@ class Verl:
             gc = c.get("actor_rollout_ref.model.enable_gradient_checkpointing")
             out["trainer.recompute"] = "full" if gc else "none"
             out["trainer.offload"] = bool(c.get(FSDP + "param_offload") or c.get(FSDP + "optimizer_offload"))
-        out["trainer.microBatchTokens"] = c.get(A + "ppo_max_token_len_per_gpu")
+        out["trainer.microBatchTokens"] = self._micro_batch_tokens(c)
         out[ROLLOUT_TP.knob] = ROLLOUT_TP.read(c.get)
         out["rollout.expertParallel"] = c.get(R + "expert_parallel_size") > 1
         out.update({m.knob: m.read(c.get) for m in ROLLOUT_ENGINE})
@@ -623,19 +669,21 @@ class Verl:
                         f"per weight sync; {batch} prompts per step is not a multiple: set "
                         "actor_rollout_ref.actor.ppo_mini_batch_size to a divisor of data.train_batch_size"
                     )
-        # ---- GPU pools (whole nodes)
-        pools = {"gpus": gpus}
-        if config.placement == "disaggregated" and config.trainer_gpus and config.trainer_gpus < gpus:
-            pools = {
-                "trainerGpus": config.trainer_gpus,
-                "rollout GPUs (gpus - trainerGpus)": gpus - config.trainer_gpus,
-            }
-        for name, n in pools.items():
-            if n > per_node and n % per_node:
+        # ---- GPU pools: whole nodes, or the same share of every node
+        lay = spec.layout(config)
+        if config.placement == "colocated" or not lay.runnable:
+            if gpus > per_node and gpus % per_node:
                 out.append(
-                    f"{name}={n} is not a whole number of {per_node}-GPU nodes (trainer.nnodes * "
-                    "trainer.n_gpus_per_node / rollout.nnodes * rollout.n_gpus_per_node): use a multiple of gpusPerNode"
+                    f"gpus={gpus} is not a whole number of {per_node}-GPU nodes (trainer.nnodes * "
+                    "trainer.n_gpus_per_node): use a multiple of gpusPerNode"
                 )
+        elif _pools(lay.trainer, lay.rollout, lay.nodes, per_node) is None:
+            out.append(
+                f"trainerGpus={lay.trainer} and {lay.rollout} rollout GPUs on {lay.nodes} nodes of {per_node}: verl "
+                "places each pool as nnodes x n_gpus_per_node, so each must be whole nodes or both the same "
+                f"share of every node (e.g. trainer {lay.nodes} x {per_node - per_node // 4}, rollout {lay.nodes} x "
+                f"{per_node // 4}): choose trainerGpus accordingly"
+            )
         trainer_gpus = config.trainer_gpus if config.placement == "disaggregated" and config.trainer_gpus else gpus
         rollout_gpus = gpus - trainer_gpus if config.placement == "disaggregated" else gpus
         # ---- trainer
@@ -747,13 +795,15 @@ class Verl:
         writes = self._writes(spec, config, c, backend, mode)
         dropped_prefixes = ["rltune."] + [p for p, modes in MODE_ONLY_PREFIXES.items() if mode not in modes]
         dropped = set(writes) | {k for k, modes in MODE_ONLY_KEYS.items() if mode not in modes}
+        if mode in (SEPARATE, FULLY_ASYNC):
+            dropped.add("trainer.total_training_steps")  # the rollouter's prompts bound the run (_run_length)
 
         def keep(tok: str) -> bool:
             key = _override_key(tok)
             return key is None or (key not in dropped and not key.startswith(tuple(dropped_prefixes)))
 
         kept = [tok for tok in c.overrides if keep(tok)]
-        overrides = kept + [f"{k}={_fmt(v)}" for k, v in writes.items()]
+        overrides = kept + [f"{'++' if k.startswith(OPT_OVERRIDE) else ''}{k}={_fmt(v)}" for k, v in writes.items()]
         return FrameworkCommand(mode=mode, entry=self._entry(c, backend, mode), overrides=tuple(overrides))
 
     def trial_command(
@@ -813,6 +863,16 @@ class Verl:
         return task.max_prompt_tokens if which == "prompt" else task.max_response_tokens
 
     @staticmethod
+    def _micro_batch_tokens(c: _Cmd) -> int:
+        """The tokens one training micro-batch holds per GPU: the dynamic budget where the command
+        batches dynamically, else its fixed micro-batch of ppo_micro_batch_size_per_gpu sequences of
+        at most max prompt + response tokens (what its activation memory is sized for)."""
+        mbs = c.values.get(A + "ppo_micro_batch_size_per_gpu")
+        if c.get(A + "use_dynamic_bsz") or not mbs:
+            return c.get(A + "ppo_max_token_len_per_gpu")
+        return int(mbs) * (c.get("data.max_prompt_length") + c.get("data.max_response_length"))
+
+    @staticmethod
     def _batch(spec: RLTuningJobSpec, c: _Cmd) -> int:
         """Prompts per RL step: the command's train batch (fully-async: mini * require_batches * trigger),
         else the task's promptsPerStep."""
@@ -846,6 +906,8 @@ class Verl:
             if t.offload != base.get("trainer.offload"):
                 w[MEG + "param_offload"] = t.offload
                 w[MEG + "optimizer_offload"] = t.offload
+                if c.sets(CPU_OFFLOAD):  # every way the command offloads says the same
+                    w[CPU_OFFLOAD] = t.offload
         elif backend in ("fsdp", "fsdp2"):
             w[A + "ulysses_sequence_parallel_size"] = t.cp
             for k in (FSDP + "ulysses_sequence_parallel_size", REF + "ulysses_sequence_parallel_size"):
@@ -856,11 +918,13 @@ class Verl:
                 w[FSDP + "param_offload"] = t.offload
                 w[FSDP + "optimizer_offload"] = t.offload
                 w[REF + "fsdp_config.param_offload"] = t.offload
-        w[A + "ppo_max_token_len_per_gpu"] = t.micro_batch_tokens
-        w[A + "use_dynamic_bsz"] = True
-        for k in (R + "log_prob_use_dynamic_bsz", REF + "log_prob_use_dynamic_bsz"):
-            if c.sets(k):  # the engine asserts these agree with actor.use_dynamic_bsz
-                w[k] = True
+        if c.get(A + "use_dynamic_bsz") or t.micro_batch_tokens != base.get("trainer.microBatchTokens"):
+            # a fixed micro-batch stays as the user wrote it unless the plan changes its size
+            w[A + "ppo_max_token_len_per_gpu"] = t.micro_batch_tokens
+            w[A + "use_dynamic_bsz"] = True
+            for k in (R + "log_prob_use_dynamic_bsz", REF + "log_prob_use_dynamic_bsz"):
+                if c.sets(k):  # the engine asserts these agree with actor.use_dynamic_bsz
+                    w[k] = True
         # ---- rollout
         w[ROLLOUT_TP.key] = ROLLOUT_TP.value(knobs)
         w[R + "expert_parallel_size"] = r.tp * c.get(R + "data_parallel_size") if r.expert_parallel else 1
@@ -875,8 +939,10 @@ class Verl:
             if not same_mode_family:
                 w[R + "checkpoint_engine.backend"] = "naive"
         else:
-            w["trainer.nnodes"], w["trainer.n_gpus_per_node"] = _layout(lay.trainer, per_node)
-            w["rollout.nnodes"], w["rollout.n_gpus_per_node"] = _layout(max(lay.rollout, 1), per_node)
+            pools = _pools(lay.trainer, max(lay.rollout, 1), lay.nodes, per_node)
+            (tn, tg), (rn, rg) = pools or (_layout(lay.trainer, per_node), _layout(max(lay.rollout, 1), per_node))
+            w["trainer.nnodes"], w["trainer.n_gpus_per_node"] = tn, tg
+            w["rollout.nnodes"], w["rollout.n_gpus_per_node"] = rn, rg
             if not (same_mode_family and base.get("weightSync") == config.weight_sync):
                 w[R + "checkpoint_engine.backend"] = WEIGHT_SYNC.get(config.weight_sync, config.weight_sync)
         # ---- async
@@ -893,7 +959,26 @@ class Verl:
                 w["async_training.trigger_parameter_sync_step"] = max(1, batch // mini)
         elif c.mode in (SEPARATE, FULLY_ASYNC):
             w["data.train_batch_size"] = batch
+        w.update(self._run_length(c, mode, batch))
+        if mode != c.mode:
+            for key, defaults in MODE_CARRIED.items():
+                w[key] = c.values.get(key, defaults[c.mode])
         return w
+
+    @staticmethod
+    def _run_length(c: _Cmd, mode: str, batch: int) -> dict[str, Any]:
+        """The user's run length carried into `mode`, in prompts: the hybrid engine and one-step-off
+        count trainer.total_training_steps of `batch` prompts, fully-async's rollouter counts
+        rollout.total_rollout_steps prompts (fully_async_rollouter.py); either unset (null) leaves
+        it to the dataset and trainer.total_epochs, which every mode reads alike."""
+        async_from, async_to = c.mode in (SEPARATE, FULLY_ASYNC), mode in (SEPARATE, FULLY_ASYNC)
+        if async_from == async_to:
+            return {}
+        if async_to:
+            steps = c.values.get("trainer.total_training_steps")
+            return {"rollout.total_rollout_steps": None if steps is None else int(steps) * batch}
+        prompts = c.get("rollout.total_rollout_steps")
+        return {"trainer.total_training_steps": None if prompts is None else -(-int(prompts) // batch)}
 
 
 def split_override(token: str) -> tuple[Optional[str], str]:
