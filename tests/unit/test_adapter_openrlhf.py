@@ -137,8 +137,10 @@ def from_namespace(a: SimpleNamespace) -> dict:
         "gpus": actor if colocated else actor + rollout,
         "weightSync": a.vllm.sync_backend,
     }
-    if a.train.dynamic_batch_enable:
-        out["trainer.microBatchTokens"] = a.train.max_tokens_per_gpu
+    # a dynamic token budget, else the fixed micro-batch's sequences at their longest
+    out["trainer.microBatchTokens"] = (
+        a.train.max_tokens_per_gpu if a.train.dynamic_batch_enable else a.train.micro_batch_size * a.data.max_len
+    )
     if not colocated:
         out["trainerGpus"] = actor
     return out
@@ -342,9 +344,18 @@ def test_treatments():
         "cpu.rolloutThreads",
         "cpu.trainerThreads",
     }
-    for k in ("placement", "gpus", "trainerGpus", "trainer.recompute", "rollout.cudaGraphs", "async.staleness"):
+    # rollout.tp: --vllm.num_engines (the rollout GPUs / TP) moves with it
+    for k in (
+        "placement",
+        "gpus",
+        "trainerGpus",
+        "trainer.recompute",
+        "rollout.cudaGraphs",
+        "async.staleness",
+        "rollout.tp",
+    ):
         assert t[k] == Treatment.TRANSFORMED, k
-    for k in ("trainer.tp", "trainer.cp", "trainer.offload", "rollout.tp", "rollout.gpuMemoryUtilization"):
+    for k in ("trainer.tp", "trainer.cp", "trainer.offload", "rollout.gpuMemoryUtilization"):
         assert t[k] == Treatment.MAPPED, k
     assert "fractional" in RULES["async.staleFraction"].note
 
@@ -401,10 +412,16 @@ def test_read_user_command():
         "placement": "colocated",
         "weightSync": "nccl",
         "gpus": 8,
+        "trainer.microBatchTokens": got["trainer.microBatchTokens"],
     }
-    # the same values the real parser gives
-    ns = from_namespace(parse(BASE_OPTIONS))
-    assert {k: ns[k] for k in got} == got
+    # the same values the real parser gives; a fixed micro-batch reads as its sequences' tokens
+    a = parse(BASE_OPTIONS)
+    ns = from_namespace(a)
+    assert {k: ns[k] for k in got if k != "trainer.microBatchTokens"} == {
+        k: v for k, v in got.items() if k != "trainer.microBatchTokens"
+    }
+    if not a.train.dynamic_batch_enable:
+        assert got["trainer.microBatchTokens"] == a.train.micro_batch_size * a.data.max_len
 
 
 def test_read_async_and_disaggregated():
@@ -430,7 +447,9 @@ def test_read_async_and_disaggregated():
     ]
     got = ADAPTER.read(cmd)
     assert got["async.staleness"] == 3 and got["async.partialRollout"] is True
-    assert got["placement"] == "disaggregated" and got["gpus"] == 24 and got["trainerGpus"] == 16
+    # the defaults run a critic (gae), a reference model (KL 0.01) and a reward model, each on 1 x 8
+    # GPUs of its own beside the actor's 16: the trainer's GPUs count them (OpenRLHF's train())
+    assert got["placement"] == "disaggregated" and got["gpus"] == 16 + 3 * 8 + 8 and got["trainerGpus"] == 16 + 3 * 8
     assert got["trainer.microBatchTokens"] == 24576 and got["trainer.cp"] == 2 and got["trainer.offload"] is True
     assert got["trainer.recompute"] == "none" and got["rollout.cudaGraphs"] is True
     # async without a queue size: OpenRLHF's default 1
@@ -444,7 +463,8 @@ def test_read_async_and_disaggregated():
 
 def test_read_defaults_and_gloo():
     got = ADAPTER.read([*ENTRY, "--vllm.sync_backend", "gloo"])
-    assert "weightSync" not in got and "gpus" not in got and "trainer.microBatchTokens" not in got
+    assert "weightSync" not in got and "gpus" not in got
+    assert got["trainer.microBatchTokens"] == 1 * 2048  # --train.micro_batch_size 1 x --data.max_len 2048
     assert got["rollout.gpuMemoryUtilization"] == 0.95 and got["placement"] == "disaggregated"
 
 
@@ -590,7 +610,7 @@ def test_valued_mapping(changes, option, value):
         ({"trainer.offload": False}, "--ds.adam_offload", False),
         ({"rollout.cudaGraphs": False}, "--vllm.enforce_eager", True),
         ({"rollout.cudaGraphs": True}, "--vllm.enforce_eager", False),
-        ({"trainer.microBatchTokens": 4096}, "--train.dynamic_batch_enable", True),
+        ({"trainer.microBatchTokens": 8192}, "--train.dynamic_batch_enable", True),
         ({"placement": "colocated"}, "--train.colocate_all", True),
     ],
 )
@@ -652,7 +672,7 @@ def test_entry_problem_and_read_task():
     }
     a = parse(cmd[len(ENTRY) :])
     assert (a.rollout.batch_size, a.rollout.n_samples_per_prompt, a.rollout.max_new_tokens) == (64, 8, 3072)
-    assert ADAPTER.read_task([*ENTRY]) == {}
+    assert ADAPTER.read_task([*ENTRY]) == {"promptsPerStep": 1024, "samplesPerPrompt": 1}  # OpenRLHF's defaults
 
 
 def test_task_batch_shape_fills_missing_options():
@@ -802,7 +822,9 @@ def test_round_trip_through_openrlhf_parser(name):
 
 @pytest.mark.parametrize("name", sorted(MODES))
 def test_round_trip_from_a_minimal_command(name):
-    user = [*ENTRY, "--actor.model_name_or_path", "m", "--reward.remote_url", "http://r"]
+    # the reference model on the actor's GPUs, as OpenRLHF's examples run it (without the flag it
+    # takes GPUs of its own, which the trainer's GPUs then count: test_side_groups_*)
+    user = [*ENTRY, "--actor.model_name_or_path", "m", "--reward.remote_url", "http://r", "--train.colocate_actor_ref"]
     user += ["--algo.advantage.estimator", "group_norm", "--train.batch_size", "64"]
     config = MODES[name]
     assert ADAPTER.problems(SPEC, config, user) == []
@@ -840,3 +862,20 @@ def test_registry_uses_the_adapter():
     baseline_cmd = registry.framework_command(spec, spec.baseline)
     a = parse(baseline_cmd.overrides)
     assert from_namespace(a) == expected(spec.baseline, spec)
+
+
+def test_side_groups_are_counted_and_kept_at_their_sizes():
+    """A critic on GPUs of its own (OpenRLHF's PPO examples without --train.colocate_all): the
+    baseline's GPUs count it, and a disaggregated plan keeps its size and gives the actor the rest
+    of the trainer's GPUs (issue 58: 6 read where 8 ran)."""
+    user = [*ENTRY, "--actor.model_name_or_path", "m", "--reward.remote_url", "http://r", "--train.colocate_actor_ref"]
+    user += ["--actor.num_nodes", "1", "--actor.num_gpus_per_node", "2", "--ref.num_nodes", "1"]
+    user += ["--ref.num_gpus_per_node", "2", "--critic.num_nodes", "1", "--critic.num_gpus_per_node", "2"]
+    user += ["--vllm.num_engines", "2", "--vllm.tensor_parallel_size", "2", "--train.batch_size", "64"]
+    got = ADAPTER.read(user)
+    assert (got["gpus"], got["trainerGpus"]) == (2 + 2 + 4, 2 + 2)  # actor (+ref), critic, vLLM
+    spec = make_spec(user[len(ENTRY) :], budget=8)
+    config = RLConfig().with_knobs({"gpus": 8, "placement": "disaggregated", "trainerGpus": 6, "rollout.tp": 2})
+    assert ADAPTER.problems(spec, config, user) == []
+    a = parse(ADAPTER.command(spec, config, user).overrides)
+    assert (a.actor.num_nodes * a.actor.num_gpus_per_node, a.critic.num_gpus_per_node, a.vllm.num_engines) == (4, 2, 1)

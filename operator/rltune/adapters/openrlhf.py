@@ -70,6 +70,7 @@ DEFAULTS: dict[str, Any] = {
     "--rollout.vllm_generate_batch_size": None,
     "--algo.kl.init_coef": 0.01,
     "--algo.advantage.estimator": "gae",
+    "--data.max_len": 2048,
 }
 # store_true options this module sets or removes (all default False in 0.11.2)
 FLAGS = frozenset(
@@ -79,6 +80,7 @@ FLAGS = frozenset(
         "--train.async_enable",
         "--train.partial_rollout_enable",
         "--train.dynamic_batch_enable",
+        "--ds.packing_samples",
         "--vllm.enforce_eager",
         "--vllm.enable_sleep",
         "--ds.enable_sleep",
@@ -93,6 +95,7 @@ FLAGS = frozenset(
 TRIAL_DIR = "/tmp/rltune-trial"
 
 _R, _T, _X = Treatment.MAPPED, Treatment.TRANSFORMED, Treatment.REFUSED
+PACKING = "--ds.packing_samples"
 _PLACEMENT_KEYS = (
     "--train.colocate_all",
     "--vllm.enable_sleep",
@@ -166,9 +169,11 @@ _RULES = (
     KnobRule(
         "trainer.microBatchTokens",
         _T,
-        ("--train.dynamic_batch_enable", "--train.max_tokens_per_gpu"),
-        "a token budget needs dynamic batching: --train.dynamic_batch_enable --train.max_tokens_per_gpu N "
-        "(without it OpenRLHF batches by --train.micro_batch_size samples, which has no token counterpart)",
+        ("--train.dynamic_batch_enable", "--train.max_tokens_per_gpu", "--rollout.max_tokens_per_gpu", PACKING),
+        "a token budget needs dynamic batching: --train.dynamic_batch_enable --train.max_tokens_per_gpu N (the "
+        "log-prob passes' --rollout.max_tokens_per_gpu follows it where the command leaves it unset, and the "
+        "parser turns --ds.packing_samples on with it); a command without it batches by --train.micro_batch_size "
+        "samples: read as that many sequences of --data.max_len tokens, and kept unless the plan changes the size",
     ),
     KnobRule(
         "trainer.recompute",
@@ -183,7 +188,12 @@ _RULES = (
         ("--ds.adam_offload",),
         "offloads the Adam optimizer state only (get_ds_train_config passes offload=False for the parameters)",
     ),
-    KnobRule("rollout.tp", _R, ("--vllm.tensor_parallel_size",), ""),
+    KnobRule(
+        "rollout.tp",
+        _T,
+        ("--vllm.tensor_parallel_size", "--vllm.num_engines"),
+        "the engines' TP; --vllm.num_engines = rollout GPUs / TP follows",
+    ),
     KnobRule(
         "rollout.expertParallel",
         _X,
@@ -359,7 +369,36 @@ class _Opts:
         return rbs or task.prompts_per_step, n or task.samples_per_prompt
 
     def actor_gpus(self) -> int:
-        return (self.int("--actor.num_nodes") or 1) * (self.int("--actor.num_gpus_per_node") or 1)
+        return self.group_gpus("actor")
+
+    def group_gpus(self, group: str) -> int:
+        return (self.int(f"--{group}.num_nodes") or 1) * (self.int(f"--{group}.num_gpus_per_node") or 1)
+
+    def side_groups(self) -> tuple[str, ...]:
+        """The model groups the command runs on GPUs of their own, beside the actor's and the vLLM
+        engines' (train_ppo_ray.py train(): a RayActorGroup without a shared placement group). Under
+        --train.colocate_all every DeepSpeed model shares the actor's GPUs (with async too)."""
+        if self.flag("--train.colocate_all"):
+            return ()
+        out = []
+        if self.has_ref() and not self.flag("--train.colocate_actor_ref"):
+            out.append("ref")
+        if self.has_critic():
+            out.append("critic")
+        if self.has_reward_model() and not (self.has_critic() and self.flag("--train.colocate_critic_reward")):
+            out.append("reward")
+        return tuple(out)
+
+    def side_gpus(self) -> int:
+        """The GPUs of `side_groups`: counted with the trainer's, kept at the user's sizes."""
+        return sum(self.group_gpus(g) for g in self.side_groups())
+
+    def micro_batch_tokens(self) -> int:
+        """The tokens one training micro-batch holds per GPU: the dynamic budget, else the fixed
+        micro-batch of --train.micro_batch_size sequences of at most --data.max_len tokens."""
+        if self.flag("--train.dynamic_batch_enable"):
+            return self.int("--train.max_tokens_per_gpu")
+        return (self.int("--train.micro_batch_size") or 1) * self.int("--data.max_len")
 
 
 def _shape(gpus: int, gpn: int) -> tuple[int, int]:
@@ -393,13 +432,12 @@ class OpenRLHFAdapter:
         _, options = _split(command)
         o = _Opts(options)
         out: dict[str, int] = {}
-        for field, opt in (
-            ("promptsPerStep", "--rollout.batch_size"),
-            ("samplesPerPrompt", "--rollout.n_samples_per_prompt"),
-            ("maxResponseTokens", "--rollout.max_new_tokens"),
-        ):
-            if o.has(opt) and o.int(opt):
-                out[field] = o.int(opt)
+        # what the command runs, OpenRLHF's defaults included (--rollout.batch_size 1024,
+        # --rollout.n_samples_per_prompt 1): a task that says otherwise does not describe the run
+        out["promptsPerStep"] = o.int("--rollout.batch_size")
+        out["samplesPerPrompt"] = o.int("--rollout.n_samples_per_prompt")
+        if o.has("--rollout.max_new_tokens") and o.int("--rollout.max_new_tokens"):
+            out["maxResponseTokens"] = o.int("--rollout.max_new_tokens")
         if "maxResponseTokens" in out and o.has("--data.max_len") and o.int("--data.max_len"):
             prompt = o.int("--data.max_len") - out["maxResponseTokens"]
             if prompt >= 1:
@@ -433,8 +471,7 @@ class OpenRLHFAdapter:
             "async.partialRollout": o.flag("--train.partial_rollout_enable"),
             "placement": "colocated" if colocated else "disaggregated",
         }
-        if o.flag("--train.dynamic_batch_enable"):
-            out["trainer.microBatchTokens"] = o.int("--train.max_tokens_per_gpu")
+        out["trainer.microBatchTokens"] = o.micro_batch_tokens()
         if o.get("--vllm.sync_backend") == "nccl":
             out["weightSync"] = "nccl"
         engines = o.int("--vllm.num_engines")
@@ -443,9 +480,9 @@ class OpenRLHFAdapter:
             rollout = engines * (o.int("--vllm.tensor_parallel_size") or 1)
             if colocated:
                 out["gpus"] = actor
-            else:
-                out["gpus"] = actor + rollout
-                out["trainerGpus"] = actor
+            else:  # the trainer's GPUs are the actor's and those of the groups beside it
+                out["gpus"] = actor + o.side_gpus() + rollout
+                out["trainerGpus"] = actor + o.side_gpus()
         return out
 
     # ----------------------------------------------------------------- values
@@ -462,10 +499,13 @@ class OpenRLHFAdapter:
 
     # ----------------------------------------------------------------- layout
 
-    def _pools(self, spec: RLTuningJobSpec, config: RLConfig) -> tuple[int, int, int]:
-        """(gpus, trainer GPUs, rollout GPUs) of a configuration."""
+    def _pools(self, spec: RLTuningJobSpec, config: RLConfig, o: "_Opts") -> tuple[int, int, int]:
+        """(gpus, the actor's GPUs, rollout GPUs) of a configuration: disaggregated, the trainer's GPUs
+        less those of the model groups the command runs beside the actor (`_Opts.side_groups`)."""
         lay = spec.layout(config)
-        return lay.gpus, lay.trainer, lay.rollout
+        if lay.colocated:
+            return lay.gpus, lay.trainer, lay.rollout
+        return lay.gpus, lay.trainer - o.side_gpus(), lay.rollout
 
     def _mode(self, config: RLConfig) -> str:
         if config.async_.staleness >= 1:
@@ -494,7 +534,7 @@ class OpenRLHFAdapter:
             out.append("cpu.*: OpenRLHF runs on CUDA GPUs only; unset cpu.rolloutThreads/trainerThreads")
 
         gpn = spec.resources.gpus_per_node
-        gpus, trainer, rollout = self._pools(spec, config)
+        gpus, trainer, rollout = self._pools(spec, config, o)
         stale = config.async_.staleness
         rtp, ttp, tcp = config.rollout.tp, config.trainer.tp, config.trainer.cp
         if config.placement == "colocated":
@@ -539,12 +579,18 @@ class OpenRLHFAdapter:
                 )
                 if used
             ]
-            if extra:
+            if extra and o.flag("--train.colocate_all"):
                 out.append(
-                    f"the command runs {' and '.join(extra)}: without --train.colocate_all OpenRLHF gives it GPUs of "
-                    f"its own (RayActorGroup without a placement group in train()), beyond the configuration's "
-                    "gpus: use placement colocated with staleness 0, --reward.remote_url, or a critic-free "
-                    "--algo.advantage.estimator (e.g. group_norm)"
+                    f"the command runs {' and '.join(extra)} on the actor's GPUs (--train.colocate_all); a "
+                    "disaggregated configuration gives them GPUs of their own (RayActorGroup without a placement "
+                    "group in train()), which the command does not size: keep placement colocated, or size them in "
+                    "the command (--critic.num_nodes/--critic.num_gpus_per_node, --reward.* likewise) without "
+                    "--train.colocate_all"
+                )
+            if trainer < 1:
+                out.append(
+                    f"trainerGpus ({trainer + o.side_gpus()}) leaves no GPU for the actor beside the "
+                    f"{o.side_gpus()} of {', '.join(o.side_groups())} (kept at the command's sizes): raise trainerGpus"
                 )
         if trainer > gpn and trainer % gpn:
             out.append(
@@ -552,7 +598,9 @@ class OpenRLHFAdapter:
                 "--actor.num_gpus_per_node cannot express it; use a multiple of gpusPerNode (trainerGpus, or gpus "
                 "when colocated)"
             )
-        if trainer % (ttp * tcp):
+        if trainer < 1:
+            pass  # no actor GPUs: said above
+        elif trainer % (ttp * tcp):
             out.append(
                 f"--ds.tensor_parallel_size ({ttp}) * --ds.ring_attn_size ({tcp}) must divide the actor's "
                 f"{trainer} GPUs (DeepspeedStrategy.setup_distributed: device mesh dp x sp x tp): change trainer.tp, "
@@ -618,15 +666,13 @@ class OpenRLHFAdapter:
     def _overrides(self, spec: RLTuningJobSpec, config: RLConfig, o: _Opts) -> dict[str, Any]:
         """Option -> value (True: flag present; None: option removed)."""
         gpn = spec.resources.gpus_per_node
-        gpus, trainer, rollout = self._pools(spec, config)
+        gpus, trainer, rollout = self._pools(spec, config, o)
         colocated = config.placement == "colocated"
         stale = config.async_.staleness
         nodes, per_node = _shape(trainer, gpn)
         ov: dict[str, Any] = {
             "--ds.tensor_parallel_size": config.trainer.tp,
             "--ds.ring_attn_size": config.trainer.cp,
-            "--train.dynamic_batch_enable": True,
-            "--train.max_tokens_per_gpu": config.trainer.micro_batch_tokens,
             "--actor.gradient_checkpointing_enable": config.trainer.recompute != "none" or None,
             "--ds.adam_offload": config.trainer.offload or None,
             "--vllm.tensor_parallel_size": config.rollout.tp,
@@ -640,21 +686,29 @@ class OpenRLHFAdapter:
             "--actor.num_gpus_per_node": per_node,
             "--vllm.num_engines": max(rollout // config.rollout.tp, 0),
         }
+        if o.flag("--train.dynamic_batch_enable") or config.trainer.micro_batch_tokens != o.micro_batch_tokens():
+            # a fixed micro-batch stays as the user wrote it unless the plan changes its size
+            ov["--train.dynamic_batch_enable"] = True
+            ov["--train.max_tokens_per_gpu"] = config.trainer.micro_batch_tokens
         was_colocated = o.flag("--train.colocate_all") and not o.flag("--train.async_enable")
         if colocated:
             ov["--train.colocate_all"] = True
             if not was_colocated:  # switching to colocated: time-share memory as OpenRLHF's colocated examples do
                 ov["--vllm.enable_sleep"] = True
                 ov["--ds.enable_sleep"] = True
+        elif stale >= 1 and o.flag("--train.async_enable") and o.flag("--train.colocate_all"):
+            pass  # async under --train.colocate_all colocates the DeepSpeed models only: the user's own layout
         else:
             ov["--train.colocate_all"] = None
             ov["--vllm.enable_sleep"] = None
             ov["--ds.enable_sleep"] = None
-            if o.has_ref():
+            if o.has_ref() and "ref" not in o.side_groups():
                 ov["--train.colocate_actor_ref"] = True
-        # the other model groups live on the actor's GPUs (the colocation asserts want equal shapes)
+        # the other model groups live on the actor's GPUs (the colocation asserts want equal shapes),
+        # but those the command runs beside the actor keep their own sizes when disaggregated
+        beside = () if colocated else o.side_groups()
         for group, used in (("ref", o.has_ref()), ("critic", o.has_critic()), ("reward", o.has_reward_model())):
-            if used:
+            if used and group not in beside:
                 ov[f"--{group}.num_nodes"] = nodes
                 ov[f"--{group}.num_gpus_per_node"] = per_node
         # the task's batch shape where the user's command leaves OpenRLHF's defaults
