@@ -241,3 +241,93 @@ def test_the_semantic_round_trip_of_a_real_verl_script(path):
                 f"{prompts_trained(user, user_mode)}"
             )
     assert not failures, "\n".join(failures)
+
+
+# --------------------------------------------------------------------------- OpenRLHF
+
+OPENRLHF = sorted(CORPUS.glob("openrlhf-*.yaml"))
+
+
+def openrlhf_command(fx: dict) -> list[str]:
+    """The script's options with the renames OpenRLHF 0.11.2 needs (recorded in the fixture): each
+    replaced option is removed with its value, the new ones appended."""
+    cmd = list(fx["command"])
+    for change in fx.get("pinned_changes") or []:
+        old = change["replace"]
+        takes_value = {
+            t: i + 1 < len(old) and not old[i + 1].startswith("--") for i, t in enumerate(old) if t[:2] == "--"
+        }
+        out, i = [], 0
+        while i < len(cmd):
+            if cmd[i] in takes_value:
+                i += 2 if takes_value[cmd[i]] else 1
+                continue
+            out.append(cmd[i])
+            i += 1
+        cmd = out + list(change["with"])
+    return cmd
+
+
+def parsed(argv) -> dict:
+    """The args OpenRLHF's own parser (and its __main__ asserts) hand train(), flattened."""
+    from test_adapter_openrlhf import RUN
+
+    from rltune.adapters.openrlhf import _split
+
+    _, options = _split(argv)
+    args, _ = RUN(list(options))
+
+    def flat(ns, prefix=""):
+        out = {}
+        for k, v in vars(ns).items():
+            out |= flat(v, f"{prefix}{k}.") if hasattr(v, "__dict__") else {prefix + k: v}
+        return out
+
+    return flat(args)
+
+
+def _openrlhf_job(fx: dict) -> dict:
+    return {
+        "workload": {
+            "framework": "openrlhf",
+            "image": "openrlhf/openrlhf:0.11",
+            "command": openrlhf_command(fx),
+            "model": fx["job"]["model"],
+        },
+        "resources": fx["job"]["resources"],
+    }
+
+
+RUN_OPENRLHF = [p for p in OPENRLHF if not fixture(p).get("skip")]
+
+
+@pytest.mark.parametrize("path", RUN_OPENRLHF, ids=lambda p: p.name)
+def test_the_semantic_round_trip_of_a_real_openrlhf_script(path):
+    """Admitted; the baseline's and the top plans' commands parse with OpenRLHF's parser, and only
+    the options of the knobs a plan changes differ from the user's parsed args."""
+    from rltune.tuner.records import config_changes
+
+    fx = fixture(path)
+    spec = admission.admit(_openrlhf_job(fx))
+    user = parsed(openrlhf_command(fx))
+    ad = adapter_for("openrlhf")
+    rules = ad.rules(ad.backend(spec.workload.command))
+    base, plans = _plans(spec)
+    assert plans, "no plan"
+    failures = []
+    for i, cfg in enumerate([base] + plans):
+        got = parsed(framework_command(spec, cfg).argv)
+        changes = config_changes(base, cfg, spec.resources.gpu_budget)
+        owned = {k.lstrip("-") for knob in changes if knob in rules for k in rules[knob].keys}
+        diff = {
+            k: (user.get(k, "<absent>"), got.get(k, "<absent>"))
+            for k in sorted(set(user) | set(got))
+            if user.get(k, "<absent>") != got.get(k, "<absent>") and k not in owned
+        }
+        if diff:
+            failures.append(f"rank {i} (changes {sorted(changes)}): {diff}")
+    assert not failures, "\n".join(failures)
+
+
+def test_the_openrlhf_scripts_not_run_say_why():
+    assert [p.name for p in OPENRLHF if fixture(p).get("skip")] == ["openrlhf-vlm-math-hybrid-engine.yaml"]
