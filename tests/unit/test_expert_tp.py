@@ -2,6 +2,8 @@
 form, the twin's layout rule and costs, the physics, the search space, the validation message and
 verl's own config loader."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 from test_tuner_fixtures import job
@@ -107,3 +109,17 @@ def test_a_baseline_etp_that_does_not_fit_names_the_field_and_the_value_that_doe
     (p,) = check_spec(RLTuningJobSpec.model_validate(raw))
     assert p.field == "spec.baseline.trainer.etp"
     assert "set trainer.etp 1" in p.message and p.message.endswith("(valid here: trainer.etp 1)")
+
+
+def test_a_fully_sharded_trainer_holds_a_shard_of_its_whole_state():
+    """FSDP (verl's fsdp/fsdp2 backends) shards weights, gradients and optimizer over the trainer's
+    GPUs; Megatron's distributed optimizer shards only the optimizer. Qwen3-30B-A3B on 8 GPUs: the
+    whole state is ~16 bytes x 30.5B / 8 ~ 61 GB a GPU, not the ~230 GB of whole weights and grads."""
+    mf = physics.facts(ModelSpec(preset="qwen3-30b-a3b").resolved())
+    tf = physics.task_facts(TASK)
+    t = physics.TrainerKnobs(1, 1, 1, 1, None, 8192, "full", False)
+    megatron = physics.trainer_of(mf, tf, "H100", 8, t)
+    fsdp = physics.trainer_of(mf, dataclasses.replace(tf, fully_sharded=True), "H100", 8, t)
+    hbm = 80e9
+    assert megatron.state_frac * hbm > 200e9
+    assert 55e9 < fsdp.state_frac * hbm < 70e9

@@ -46,15 +46,6 @@ REFUSED = {
 }
 
 
-# Admitted, but not yet round-tripped, and why (strict: the test fails once it passes).
-KNOWN = {
-    # the physics sizes a trainer's state as Megatron's distributed optimizer (weights and gradients
-    # whole on every data-parallel rank), not FSDP's full sharding, so a 30B MoE on 8 x 80 GB "needs"
-    # ~275 GB per GPU and nothing ranks; and `rltune plan` prints the empty ranking without a reason
-    "verl-grpo-qwen3-30b-a3b-fsdp.yaml": "FSDP state sharding not in the physics: empty ranking",
-}
-
-
 def fixture(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
 
@@ -192,15 +183,7 @@ def _plans(spec):
     return tuner.baseline.config, [p.config for p in tuner.proposer.rank(limit=TOP)]
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        pytest.param(p, marks=pytest.mark.xfail(reason=KNOWN[p.name], strict=True)) if p.name in KNOWN else p
-        for p in VERL
-        if p.name not in REFUSED
-    ],
-    ids=lambda p: p.name,
-)
+@pytest.mark.parametrize("path", [p for p in VERL if p.name not in REFUSED], ids=lambda p: p.name)
 def test_the_semantic_round_trip_of_a_real_verl_script(path):
     """The baseline's command and the top plans' compose, keep what no planned knob owns and keep
     the run length."""

@@ -68,6 +68,12 @@ class Coverage:
         return any(d.knob == knob for d in self.dropped)
 
 
+def trainer_backend(spec: RLTuningJobSpec) -> str:
+    """The trainer backend the user's command selects ("" for rltune's own workloads)."""
+    ad = adapter_for(spec.workload.framework)
+    return ad.backend(user_command(spec)) if ad is not None else ""
+
+
 def coverage(spec: RLTuningJobSpec) -> Coverage:
     fw = spec.workload.framework
     ad = adapter_for(fw)

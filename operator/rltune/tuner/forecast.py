@@ -33,6 +33,7 @@ from typing import Iterable, Optional
 
 import numpy as np
 
+from ..adapters.registry import trainer_backend
 from ..api.layout import layout_of
 from ..api.models import RLConfig, RLTuningJobSpec
 from . import physics, task_learning
@@ -258,7 +259,7 @@ class Forecaster:
         self.gpn = spec.resources.gpus_per_node
         self.budget = spec.resources.gpu_budget
         self.obs = [(c, s) for c, s in observations if s is not None and not s.failed and s.steps > 0]
-        self.task = task_learning.measured_task(self.task, self.obs, spec.workload.framework)
+        self.task = task_learning.measured_task(self.task, self.obs, spec.workload.framework, trainer_backend(spec))
         self.calibrated = bool(self.obs)
         self.absent: set[str] = set()
         self.additive: dict[str, float] = {}

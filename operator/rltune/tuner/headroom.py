@@ -30,6 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+from ..adapters.registry import trainer_backend
 from ..api.models import RLConfig, RLTuningJobSpec, TaskSpec
 from . import physics
 from .gates import GateResult
@@ -93,7 +94,7 @@ def carry(spec: RLTuningJobSpec, config: RLConfig, measured: float, seen: float,
         return measured
     k = physics.Knobs.of(config.flat())
     model, r = spec.workload.model.resolved(), spec.resources
-    task = physics.job_task_facts(spec.workload.task, spec.workload.framework)
+    task = physics.job_task_facts(spec.workload.task, spec.workload.framework, trainer_backend(spec))
     at_seen = physics.trainer_memory_at(model, task, r.gpu_type, r.gpus_per_node, k, r.gpu_budget, seen)
     at_run = physics.trainer_memory_at(model, task, r.gpu_type, r.gpus_per_node, k, r.gpu_budget, run)
     if at_seen is None or at_run is None or at_seen.total <= 0:

@@ -312,6 +312,9 @@ class TaskFacts:
     # what trainer.offload is in the job's framework (offload_swaps): verl swaps the state between
     # phases and steps Adam on the GPU; otherwise DeepSpeed-style CPU Adam every optimizer step
     offload_swap: bool = False
+    # the trainer shards its whole state over the data-parallel ranks (FSDP, ZeRO-3: weights,
+    # gradients and optimizer), not only the optimizer as Megatron's distributed optimizer does
+    fully_sharded: bool = False
     # the trainer's memory as the job's trials measured it (tuner/task_learning.py trainer_memory): the
     # longest sequence they trained (memory is sized for it: a sequence is never split across
     # micro-batches) and, per recompute mode a trial ran, measured / physics activations and logits
@@ -355,10 +358,18 @@ def offload_swaps(framework: str) -> bool:
     return framework == "verl"
 
 
-def job_task_facts(task: TaskSpec, framework: str) -> TaskFacts:
-    """A job's task facts with its framework's offload semantics."""
+# the trainer backends that shard the whole state over the data-parallel ranks
+FULLY_SHARDED_BACKENDS = ("fsdp", "fsdp2")
+
+
+def job_task_facts(task: TaskSpec, framework: str, backend: str = "") -> TaskFacts:
+    """A job's task facts with its framework's offload semantics and its trainer backend's sharding."""
     tf = task_facts_cached(task)
-    return dataclasses.replace(tf, offload_swap=True) if offload_swaps(framework) else tf
+    if offload_swaps(framework):
+        tf = dataclasses.replace(tf, offload_swap=True)
+    if backend in FULLY_SHARDED_BACKENDS:
+        tf = dataclasses.replace(tf, fully_sharded=True)
+    return tf
 
 
 def trainer_of(
@@ -744,8 +755,17 @@ def trainer_part(
     ne_gpu = mf.nonexpert / (tp * pp)
     ex_gpu = routed / (max(ep, 1) * etp * pp) if mf.moe_layers else 0.0
     edp = max(1, gpus_t // (max(ep, 1) * etp * pp))
-    state = model_state_bytes(ne_gpu, ex_gpu, dp * cp, edp, cpu_adam)
-    weights = (ne_gpu + ex_gpu) * 2.0  # bf16
+    if tf.fully_sharded:
+        # FSDP / ZeRO-3 (docs/references.md 'Performance-model facts'): fp32 weights, gradients and
+        # Adam's two moments, 16 bytes a parameter, sharded over every trainer GPU, plus two layers
+        # gathered whole in bf16 (the one computing and the one prefetched)
+        shard = (ne_gpu + ex_gpu) / (dp * cp)
+        gathered = 2.0 * 2.0 * (mf.total / max(mf.layers, 1))
+        state = shard * (4.0 if cpu_adam else 16.0) + gathered
+        weights = shard * 2.0 + gathered
+    else:
+        state = model_state_bytes(ne_gpu, ex_gpu, dp * cp, edp, cpu_adam)
+        weights = (ne_gpu + ex_gpu) * 2.0  # bf16
     if offload and not cpu_adam:
         # the swapped state beyond the bf16 weights goes to the GPU and back once per step over PCIe
         train += 2.0 * (state - weights) / SWAP_PCIE_BYTES_S

@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the Forecaster calls these while it is being built; only th
 ACT_SCALE_MAX = 8.0
 
 
-def measured_task(task, obs, framework: str = "twin") -> physics.TaskFacts:
+def measured_task(task, obs, framework: str = "twin", backend: str = "") -> physics.TaskFacts:
     """The task as the first measurement saw it: the mean response length the spec declares is a
     guess (truncation at the context limit, early stops); the generated tokens per step are not.
     An agentic episode ends when its prompt, turns and tool observations fill the context: the
@@ -32,8 +32,8 @@ def measured_task(task, obs, framework: str = "twin") -> physics.TaskFacts:
     max_response_tokens, and they size the live context that bounds the KV cache's batch. A
     single-turn task has no such cut: its declared mean was simply off.
     (The tool wait per generated token stays the declared turn's: truncation drops whole turns.)
-    `framework` carries its offload semantics (physics.offload_swaps)."""
-    tf = physics.job_task_facts(task, framework)
+    `framework` carries its offload semantics (physics.offload_swaps), `backend` its trainer's sharding."""
+    tf = physics.job_task_facts(task, framework, backend)
     mean = obs[0][1].generated_tokens / tf.n_seq if obs else 0.0
     if not 0.05 * tf.mean_len <= mean <= tf.max_len:
         return tf
