@@ -103,11 +103,31 @@ def cmd_plan(args) -> int:
         rows.append(
             [str(i), _fmt_changes(p.changes), f"{p.predicted:.1f}", f"±{p.std:.0f}", sp, str(p.gpus), fit, p.bottleneck]
         )
+    if not props:
+        print(_nothing_ranks(spec, tuner, base))
     print(_table(rows, ["rank", "changes vs baseline", "pred s/step", "std", "speed-up", "GPUs", "fits", "addresses"]))
     print("(fits: the probability that it fits in memory where the memory model is unsure; trials settle it)")
     print(f"({tuner.space.size():,} configurations in the space; ranked in {time.monotonic() - t0:.1f} s)")
     _print_framework_plan(spec, props[0].config if props else None)
     return 0
+
+
+def _nothing_ranks(spec, tuner, base) -> str:
+    """Why the ranking is empty: what refuses the baseline itself (the physics, the framework's
+    rules), which the search's other configurations mostly share."""
+    from .adapters.registry import problems
+
+    why = [f"the forecaster: {base.reason}"] if not base.feasible else []
+    why += [f"{spec.workload.framework}: {p}" for p in problems(spec, tuner.baseline.config)[:2]]
+    head = (
+        f"nothing ranks: none of the {tuner.space.size():,} configurations is forecast to fit and run "
+        "(memory model, framework rules)"
+    )
+    return (
+        head
+        + ("; the baseline: " + "; ".join(why) if why else "")
+        + (". Widen spec.searchSpace (more GPUs, offload, smaller micro-batches) or check spec.workload.model")
+    )
 
 
 def _print_framework_plan(spec, top) -> None:

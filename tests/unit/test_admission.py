@@ -62,3 +62,18 @@ def test_the_operator_refuses_what_admission_refuses():
     with pytest.raises(InvalidSpec) as e:
         preflight(spec, OperatorSettings())
     assert found[0] in str(e.value)
+
+
+def test_an_empty_ranking_says_why(tmp_path, capsys):
+    """A job no configuration of which fits (DeepSeek-V3 on one node of H100s): `rltune plan` says
+    so and what refuses the baseline, instead of printing an empty table."""
+    job = yaml.safe_load((ROOT / "examples" / "twin-demo.yaml").read_text())
+    job["spec"]["workload"]["model"] = {"preset": "deepseek-v3"}
+    job["spec"]["resources"] = {"gpuType": "H100", "gpuBudget": 8, "gpusPerNode": 8}
+    job["spec"].pop("searchSpace", None)
+    job["spec"].pop("baseline", None)
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert cli.main(["plan", str(path), "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing ranks" in out and "out of memory" in out
