@@ -95,6 +95,8 @@ def cmd_plan(args) -> int:
             f"{k} {v:.0f}s" for k, v in base.phases.items() if v > 0.5 and k not in ("waiting", "rollout_idle")
         )
         print(f"baseline forecast: {base.step:.1f} s/step ({ph})")
+    for knob, left_out in tuner.space.narrowed.items():
+        print(f"narrowed: {knob} leaves out {', '.join(map(str, left_out))} (the space past the operator's bounds)")
     props = tuner.proposer.rank(limit=args.top)
     rows = []
     for i, p in enumerate(props, 1):

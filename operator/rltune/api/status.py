@@ -249,6 +249,13 @@ class DroppedKnob(CamelModel):
     reason: str = Field(description="Why the framework cannot run it.")
 
 
+class NarrowedKnob(CamelModel):
+    """A knob whose default range rltune thinned to keep the search within its bounds."""
+
+    knob: str = Field(description="Canonical knob path, e.g. rollout.gpuMemoryUtilization.")
+    left_out: list[str] = Field(description="The default values not searched (list them in spec.searchSpace to).")
+
+
 class RLTuningJobStatus(CamelModel):
     observed_generation: Optional[int] = Field(None, description="metadata.generation the operator last acted on.")
     phase: Phase = Field(
@@ -275,6 +282,11 @@ class RLTuningJobStatus(CamelModel):
     )
     dropped_knobs: Optional[list[DroppedKnob]] = Field(
         None, description="Knobs the framework cannot express (pinned to the baseline), with the reason."
+    )
+    narrowed_knobs: Optional[list[NarrowedKnob]] = Field(
+        None,
+        description="Knobs whose default ranges were thinned to keep the search space within the operator's "
+        "bounds (a job of many GPUs), with the values left out.",
     )
     trials_done: str = Field("0/0", description="Finished search trials / budget.maxTrials, e.g. 5/12.")
     trials_failed: int = Field(0, ge=0, description="Search trials that failed (not merely rejected).")

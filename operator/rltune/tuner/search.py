@@ -184,6 +184,23 @@ class Space:
         self.gpus = sorted(set(gl))
         self.trainer_gpus_listed = listed.get("trainerGpus")
         self.frozen = frozen
+        self.narrowed: dict[str, list] = {}
+        self._narrow(listed)
+
+    def _narrow(self, listed: dict) -> None:
+        """rltune's own default ranges past MAX_SPACE configurations or MAX_WORK (a job of many
+        GPUs: more layouts, more splits): the widest default range (never one the job listed or
+        froze) is thinned to every other value, the baseline's kept, until the space fits; what was
+        left out is in `narrowed`, which the job's status reports (status.narrowedKnobs)."""
+        while self.count() > MAX_SPACE or self.work() > MAX_WORK:  # as validation counts them
+            open_ = [p for p, v in self.values.items() if p not in listed and p not in self.frozen and len(v) > 2]
+            if not open_:
+                return  # only the job's own lists are left: validation refuses them, naming the knobs
+            path = max(open_, key=lambda p: len(self.values[p]))
+            base, vals = self.base.get(path), self.values[path]
+            keep = [v for i, v in enumerate(vals) if i % 2 == 0 or v == base]
+            self.narrowed.setdefault(path, []).extend(v for v in vals if v not in keep)
+            self.values[path] = keep
 
     # ------------------------------------------------------------------ validity
     def trainer_splits(self, gpus: int) -> list[Optional[int]]:

@@ -3,9 +3,9 @@ reward gate's power."""
 
 from __future__ import annotations
 
-from ...api.status import BaselineStatus, DroppedKnob, Phase, TrialState
+from ...api.status import BaselineStatus, DroppedKnob, NarrowedKnob, Phase, TrialState
 from .. import gates, records
-from ..search import explicit
+from ..search import Space, explicit
 from . import trials
 from .conditions import set_condition
 from .context import StepContext
@@ -13,6 +13,7 @@ from .context import StepContext
 
 def start_baseline(ctx: StepContext) -> None:
     report_coverage(ctx)
+    report_narrowing(ctx)
     if not any(t.kind == "baseline" for t in ctx.status.trials):
         # its GPU counts explicit, as every other trial's: a trial runtime must not fall back on a
         # default of its own (the twin's is 8 GPUs, where the pods hold the whole budget)
@@ -41,6 +42,23 @@ def report_coverage(ctx: StepContext) -> None:
             + ", ".join(d.knob for d in dropped),
         )
     ctx.status.dropped_knobs = dropped or None
+
+
+def report_narrowing(ctx: StepContext) -> None:
+    """The default ranges the search thinned to stay within its bounds (search.Space._narrow)."""
+    narrowed = [NarrowedKnob(knob=k, left_out=[_shown(v) for v in vs]) for k, vs in Space(ctx.spec).narrowed.items()]
+    if narrowed and ctx.status.narrowed_knobs != narrowed:
+        ctx.info(
+            "SearchNarrowed",
+            "the default search space is past the operator's bounds; left out: "
+            + "; ".join(f"{n.knob} {', '.join(n.left_out)}" for n in narrowed)
+            + " (list values in spec.searchSpace.knobs to search them)",
+        )
+    ctx.status.narrowed_knobs = narrowed or None
+
+
+def _shown(v) -> str:
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def after_profiling(ctx: StepContext) -> None:
