@@ -37,8 +37,8 @@ TOP = 3
 # Scripts rltune refuses, with the part of the message that names the field and the fix (none of
 # them changes the algorithm).
 REFUSED = {
-    # verl-recipe's DAPO entry point is not part of verl 0.9.1
-    "verl-dapo-recipe-qwen2.5-32b.yaml": "does not run a verl 0.9.1 entry point",
+    # verl-recipe's DAPO main runs a trainer of its own: no verl 0.9.1 entry point runs it unchanged
+    "verl-dapo-recipe-qwen2.5-32b.yaml": "is a verl-recipe trainer",
     # TP 4, PP 2, EP 2 with the expert TP unset (= TP 4, Megatron's default) needs 16 GPUs per stage group
     "verl-grpo-qwen3-30b-a3b-megatron.yaml": "set trainer.etp 1 or lower trainer.ep",
 }

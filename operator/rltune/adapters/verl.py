@@ -361,6 +361,14 @@ class Verl:
         scripts = {m.rsplit(".", 1)[1] + ".py" for m in MODULES.values()}
         if c.target in MODULES.values() or (c.target.endswith(".py") and c.target.rsplit("/", 1)[-1] in scripts):
             return None
+        if c.target.startswith("recipe.") or "/recipe/" in c.target:
+            # verl-recipe's mains run trainers of their own (e.g. recipe.dapo's RayDAPOTrainer with its
+            # dynamic sampling): moving the job onto a verl main would change the algorithm
+            return (
+                f"{c.target} is a verl-recipe trainer, not one of verl {self.version}'s entry points "
+                f"({sorted(set(MODULES.values()))}), and rltune maps only those; it does not move the job onto "
+                "one, which would change its algorithm: rltune cannot tune this command"
+            )
         return (
             f"{' '.join(command[:4])[:120]!r} does not run a verl {self.version} entry point: start the command "
             f"with python3 -m and one of {sorted(set(MODULES.values()))}, then your Hydra overrides"
