@@ -40,7 +40,7 @@ REFUSED = {
     # verl-recipe's DAPO main runs a trainer of its own: no verl 0.9.1 entry point runs it unchanged
     "verl-dapo-recipe-qwen2.5-32b.yaml": "is a verl-recipe trainer",
     # TP 4, PP 2, EP 2 with the expert TP unset (= TP 4, Megatron's default) needs 16 GPUs per stage group
-    "verl-grpo-qwen3-30b-a3b-megatron.yaml": "set trainer.etp 1 or lower trainer.ep",
+    "verl-grpo-qwen3-30b-a3b-megatron.yaml": "set trainer.etp 1 (actor_rollout_ref.actor.megatron.expert_tensor",
 }
 
 
@@ -333,3 +333,27 @@ def test_a_default_space_too_big_is_narrowed_and_the_status_says_so():
     d = lifecycle.step(spec, RLTuningJobStatus(), {}, 1_000_000.0)
     assert {n.knob for n in d.status.narrowed_knobs} == set(space.narrowed)
     assert any(e.reason == "SearchNarrowed" for e in d.events)
+
+
+@pytest.mark.parametrize("path", VERL + RUN_OPENRLHF, ids=lambda p: p.name)
+def test_plan_gives_the_operators_verdict_on_a_real_script(path, tmp_path, capsys):
+    """`rltune plan` on the script's job: refused with admission's message, or ranked."""
+    from rltune import cli
+
+    fx = fixture(path)
+    raw = job_of(fx) if fx["framework"] == "verl" else _openrlhf_job(fx)
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump({"apiVersion": "rltune.io/v1alpha1", "kind": "RLTuningJob", "spec": raw}))
+    try:
+        admission.admit(raw)
+        verdict = None
+    except admission.Refused as e:
+        verdict = str(e)
+    try:
+        assert cli.main(["plan", str(job), "--top", "1"]) == 0
+        planned = None
+    except SystemExit as e:
+        planned = str(e)
+    capsys.readouterr()
+    assert (planned is None) == (verdict is None), (verdict, planned)
+    assert verdict is None or verdict in planned

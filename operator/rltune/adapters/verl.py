@@ -710,7 +710,7 @@ class Verl:
                 out.append(
                     f"{MEG}expert_model_parallel_size ({t.ep}) * expert_tensor_parallel_size ({etp}) must divide "
                     f"the trainer GPUs / pipeline_model_parallel_size ({trainer_gpus // t.pp}) (Megatron-core): "
-                    "set trainer.etp 1 or lower trainer.ep"
+                    f"set trainer.etp 1 ({MEG}expert_tensor_parallel_size=1 in a command) or lower trainer.ep"
                 )
             if m.heads % t.tp or m.kv_heads % t.tp:
                 out.append(
