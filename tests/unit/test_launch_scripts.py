@@ -181,10 +181,19 @@ def _plans(spec):
     return tuner.baseline.config, [p.config for p in tuner.proposer.rank(limit=TOP)]
 
 
+def read_back_mismatches(spec, cfg, argv) -> dict:
+    """What the rendered command runs that the plan does not say, by the adapter's own read of it
+    (which knows every key a knob can be set by, e.g. Megatron's optimizer_cpu_offload): each knob
+    the command sets must read back as the plan's value."""
+    ad = adapter_for(spec.workload.framework)
+    want = cfg.flat() | {"gpus": cfg.gpus or spec.resources.gpu_budget}
+    return {k: (want[k], v) for k, v in ad.read(argv).items() if k in want and want[k] != v}
+
+
 @pytest.mark.parametrize("path", [p for p in VERL if p.name not in REFUSED], ids=lambda p: p.name)
 def test_the_semantic_round_trip_of_a_real_verl_script(path):
     """The baseline's command and the top plans' compose, keep what no planned knob owns and keep
-    the run length."""
+    the run length; what they own reads back as the plan's values."""
     from rltune.tuner.records import config_changes
 
     fx = fixture(path)
@@ -198,6 +207,8 @@ def test_the_semantic_round_trip_of_a_real_verl_script(path):
     for i, cfg in enumerate([base] + plans):
         cmd = framework_command(spec, cfg)
         got = composed(cmd.argv)
+        if read_back_mismatches(spec, cfg, cmd.argv):
+            failures.append(f"rank {i}: the command runs {read_back_mismatches(spec, cfg, cmd.argv)} (plan, read)")
         changes = config_changes(base, cfg, spec.resources.gpu_budget)
         allowed = owned_keys(spec, changes)
         moved = cmd.mode != user_mode
@@ -297,7 +308,10 @@ def test_the_semantic_round_trip_of_a_real_openrlhf_script(path):
     assert plans, "no plan"
     failures = []
     for i, cfg in enumerate([base] + plans):
-        got = parsed(framework_command(spec, cfg).argv)
+        argv = framework_command(spec, cfg).argv
+        got = parsed(argv)
+        if read_back_mismatches(spec, cfg, argv):
+            failures.append(f"rank {i}: the command runs {read_back_mismatches(spec, cfg, argv)} (plan, read)")
         changes = config_changes(base, cfg, spec.resources.gpu_budget)
         owned = {k.lstrip("-") for knob in changes if knob in rules for k in rules[knob].keys}
         diff = {
