@@ -15,9 +15,11 @@ import importlib.metadata
 import importlib.util
 import math
 import os
+from pathlib import Path
 
 import hydra
 import pytest
+import yaml
 from omegaconf import OmegaConf
 
 from rltune.adapters.base import Treatment
@@ -713,3 +715,18 @@ def test_the_run_length_is_carried_into_fully_async_and_back():
     w2 = _overrides(verl.command(spec_for(back_cmd), hybrid, back_cmd))
     assert w2["trainer.total_training_steps"] == "100" and w2["data.train_batch_size"] == "512"
     assert w2["algorithm.rollout_correction.bypass_mode"] == "False"
+
+
+def test_any_listed_stale_fraction_verl_runs_is_searched_and_others_refused_by_name():
+    """verl takes any staleness_threshold in (0, 1]: a job's listed 0.3 is searched, not left out
+    because it is not one of the default candidates (issue 62); 0 is refused, naming the range."""
+    from rltune import admission
+    from rltune.tuner.search import Space
+
+    root = Path(__file__).resolve().parents[2]
+    raw = yaml.safe_load((root / "examples" / "verl-dapo-b300.yaml").read_text())["spec"]
+    raw["searchSpace"] = {"knobs": {"async.staleFraction": [0.3, 0.7]}}
+    assert Space(admission.admit(raw)).values["async.staleFraction"] == [0.3, 0.7]
+    raw["searchSpace"] = {"knobs": {"async.staleFraction": [0.3, 0]}}
+    with pytest.raises(admission.Refused, match=r"verl cannot run \[0\]: use values in \(0, 1\]"):
+        admission.admit(raw)

@@ -63,9 +63,20 @@ class Coverage:
     version: str  # the framework version the mapping was checked against
     dropped: tuple[Dropped, ...] = ()
     values: Mapping[str, list] = field(default_factory=dict)  # knob -> the values the framework can run
+    # knob -> (low, high]: a continuous knob the framework runs at any value in the range (its `values`
+    # are then only the default candidates), e.g. verl's staleness_threshold in (0, 1]
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def is_dropped(self, knob: str) -> bool:
         return any(d.knob == knob for d in self.dropped)
+
+    def runs(self, knob: str, value) -> bool:
+        """Whether the framework can run `knob` at `value`."""
+        if knob in self.ranges and value is not None and not isinstance(value, bool):
+            low, high = self.ranges[knob]
+            return low < value <= high
+        runnable = self.values.get(knob)
+        return runnable is None or value in runnable
 
 
 def trainer_backend(spec: RLTuningJobSpec) -> str:
@@ -92,7 +103,7 @@ def coverage(spec: RLTuningJobSpec) -> Coverage:
         v = ad.values(knob, spec)
         if v is not None:
             values[knob] = list(v)
-    return Coverage(fw, backend, ad.version, dropped, values)
+    return Coverage(fw, backend, ad.version, dropped, values, dict(getattr(ad, "ranges", {})))
 
 
 def _explicit(d: dict, prefix: str = "") -> dict[str, Any]:

@@ -584,6 +584,10 @@ class Verl:
 
     # ------------------------------------------------------------------ values
 
+    # verl's async_training.staleness_threshold takes any fraction in (0, 1] (fully_async_rollouter.py);
+    # `values` lists the default candidates the search tries where the job lists none
+    ranges = {"async.staleFraction": (0.0, 1.0)}
+
     def values(self, knob: str, spec: RLTuningJobSpec) -> Optional[list]:
         backend = self.backend(list(spec.workload.command or []) + list(spec.workload.args or []))
         if knob.startswith("cpu"):

@@ -163,7 +163,7 @@ class Space:
                 default = list(k.values(spec, self.model))
                 vals = _uniq([b] + (default if default or runnable is None else list(runnable)))
             if runnable is not None:
-                vals = [v for v in vals if v == b or v in runnable] or [b]
+                vals = [v for v in vals if v == b or self.coverage.runs(k.path, v)] or [b]
             self.values[k.path] = vals
         # staleness never above the limit (the baseline's own value is allowed as given)
         ms = spec.constraints.max_staleness

@@ -107,15 +107,11 @@ def _framework(space: Space) -> list[Problem]:
         if d.knob in (ss.knobs or {}) and ss.knobs[d.knob]
     ]
     for path, vals in (ss.knobs or {}).items():
-        runnable = cov.values.get(path)
-        bad = [v for v in vals if runnable is not None and v not in runnable]
+        bad = [v for v in vals if not cov.runs(path, v)]
         if bad and not cov.is_dropped(path):
-            out.append(
-                Problem(
-                    f"spec.searchSpace.knobs.{path}",
-                    f"{fw} cannot run {bad}: use values among {runnable}",
-                )
-            )
+            low, high = cov.ranges.get(path, (None, None))
+            among = f"values in ({low:g}, {high:g}]" if low is not None else f"values among {cov.values.get(path)}"
+            out.append(Problem(f"spec.searchSpace.knobs.{path}", f"{fw} cannot run {bad}: use {among}"))
     base = [] if fw not in FRAMEWORKS else framework_problems(space.spec, space.spec.baseline)
     out += [Problem("spec.workload.command", f"the baseline command breaks a {fw} rule: {p}") for p in base]
     return out
