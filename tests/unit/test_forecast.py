@@ -2,6 +2,7 @@
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -433,3 +434,28 @@ def test_offload_costs_what_the_framework_makes_it(framework):
         assert slower > 1.3
         assert on.trainer_mem_frac < off.trainer_mem_frac
     assert on.colocated_frac < off.colocated_frac  # either way nothing stays resident during rollouts
+
+
+def test_a_baseline_with_a_step_time_and_no_phases_calibrates_on_the_step():
+    """A log or series that carries only the step time (TRL's console does): the forecaster scales the
+    physics' own phase split to the measured step instead of predicting 0 s for everything (issue 62),
+    with wider intervals than a measured split gives, and the profile says it had only the step."""
+    from rltune.cli import load_job
+    from rltune.tuner.forecast import STEP_ONLY_SD, Forecaster
+    from rltune.tuner.profile import profile
+    from rltune.tuner.summary import TrialSummary
+
+    _, _, spec = load_job(str(Path(__file__).resolve().parents[2] / "examples" / "twin-demo.yaml"))
+    step_only = TrialSummary(steps=5, total_steps=6, step_time_mean=200.0, step_time_median=200.0, step_time_std=4.0)
+    fc = Forecaster(spec, [(spec.baseline, step_only)])
+    base = fc.predict(spec.baseline)
+    assert abs(base.step - 200.0) < 4.0 and fc.step_only
+    prior = Forecaster(spec).predict(spec.baseline)
+    split = {k: v * 200.0 / prior.step for k, v in prior.phases.items() if k not in ("waiting", "rollout_idle")}
+    measured = Forecaster(spec, [(spec.baseline, step_only.model_copy(update={"phases": split}))])
+    other = spec.baseline.with_knobs({"rollout.maxNumSeqs": 1024})
+    assert fc.predict(other).step > 0.0
+    assert fc.predict(other).std > measured.predict(other).std
+    assert fc.predict(other).std >= STEP_ONLY_SD * fc.predict(other).step
+    p = profile(spec, step_only)
+    assert p.bottleneck == "unknown" and "no phase times" in p.evidence

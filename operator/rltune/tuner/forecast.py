@@ -109,6 +109,16 @@ ALL_KNOBS_C = tuple(
     if not kn.startswith("m:")
 )
 UNCALIBRATED_SD = 0.30  # relative uncertainty of the physics prior with no measurement at all
+# Relative uncertainty a forecast gains when the calibration had only a step time (no phase times):
+# the phase split is the physics' own, unmeasured, so every change it predicts is that much less
+# certain. A round prior (docs/tuner.md "Calibrating on the step alone").
+STEP_ONLY_SD = 0.15
+
+
+def _has_phases(s: TrialSummary) -> bool:
+    return any(v > 0 for v in s.phases.values())
+
+
 # Relative uncertainty a forecast gains when the job's calibration is carried to another GPU type:
 # the corrections measured here (how this framework and workload deviate from the physics) are
 # assumed to hold there, and the physics' GPU-to-GPU ratio is what is left unmeasured. Prior, checked
@@ -267,6 +277,10 @@ class Forecaster:
         self.learned: dict[str, float] = {}  # task facts the spec left out, learned from measurements
         self.task = task_learning.tool_latency(self, spec, self.task)
         self.task = task_learning.trainer_memory(self, self.task)
+        # a measurement with a step time but no phase times (a log that prints only the step, series
+        # without phases): its phases are the physics' own split scaled to the measured step
+        self.step_only = any(not _has_phases(s) for _, s in self.obs)
+        self.obs = [(c, s if _has_phases(s) else self._scaled_phases(c, s)) for c, s in self.obs]
         # what ran proves it fits: widen the memory limits to every measured configuration
         lim = dict(
             trainer_max=physics.DEFAULT_LIMITS.trainer_max,
@@ -291,6 +305,16 @@ class Forecaster:
         self.seen = {(kn, f.get(kn)) for cfg, _ in self.obs for f in [self._feats(cfg.flat())] for kn in ALL_KNOBS_C}
         self.transfer_sd = 0.0
         self._fit()
+
+    def _scaled_phases(self, cfg: RLConfig, s: TrialSummary) -> TrialSummary:
+        """`s` with the physics' phases of `cfg` scaled so that they compose to its measured step."""
+        k = cfg.flat()
+        bd = self.raw(k)
+        step, _ = physics.compose(bd.phases, physics.Knobs.of(k)) if bd.feasible else (0.0, {})
+        if step <= 0.0 or s.step_time <= 0.0:
+            return s
+        f = s.step_time / step
+        return s.model_copy(update={"phases": {p: v * f for p, v in bd.phases.items()}})
 
     def on_pool(self, spec: RLTuningJobSpec) -> "Forecaster":
         """This job's forecaster carried to the GPUs of `spec` (rltune.api.models.pool_spec): the same
@@ -499,7 +523,7 @@ class Forecaster:
                 std = step * math.sqrt(rel**2 + ss[j] ** 2)
             else:
                 std = step * UNCALIBRATED_SD
-            std = math.hypot(std, step * self.transfer_sd)
+            std = math.hypot(std, step * self.transfer_sd, step * (STEP_ONLY_SD if self.step_only else 0.0))
             out[i] = Prediction(
                 step,
                 std,

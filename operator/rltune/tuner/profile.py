@@ -10,7 +10,13 @@ from ..api.models import RLTuningJobSpec
 from .summary import TrialSummary, TunerModel
 
 Bottleneck = Literal[
-    "rollout-long-tail", "rollout-throughput", "kv-bound", "trainer-bound", "weight-sync-bound", "imbalance"
+    "rollout-long-tail",
+    "rollout-throughput",
+    "kv-bound",
+    "trainer-bound",
+    "weight-sync-bound",
+    "imbalance",
+    "unknown",  # the baseline reported a step time but no phase times
 ]
 
 
@@ -37,6 +43,13 @@ def _s(x: float) -> str:
 def profile(spec: RLTuningJobSpec, baseline: TrialSummary) -> Profile:
     ph = dict(baseline.phases)
     step = max(baseline.step_time_mean, 1e-9)
+    if not any(v > 0 for v in ph.values()):
+        return Profile(
+            step_time=baseline.step_time_mean,
+            bottleneck="unknown",
+            evidence=f"the baseline reported its step time ({_s(baseline.step_time_mean)} s) but no phase times: the "
+            "forecaster scales the physics' own phase split to it (calibrated on the step only, wider intervals)",
+        )
     gen, tail = ph.get("generation", 0.0), ph.get("generation_tail", 0.0)
     # Contract convention: `generation` is the rollout's wall time; tail and tool are parts of it.
     rollout = gen
