@@ -76,16 +76,29 @@ def cmd_plan(args) -> int:
 
     t0 = time.monotonic()
     ns, name, spec = load_job(args.job)
-    tuner = Tuner(spec, baseline_record(spec), [])
+    run = _run_baseline(spec, args.log) if args.log else None
+    tuner = Tuner(spec, baseline_record(spec, run.summary if run else None), [])
     base = tuner.forecaster.predict(tuner.baseline.config)
     print(
         f"rltune plan {ns}/{name}: {spec.workload.model.preset or 'custom'} {spec.workload.task.kind} on "
         f"{spec.resources.gpu_budget}x {spec.resources.gpu_type}; objective {spec.objective}"
     )
-    print(
-        "no measured baseline: the forecaster runs on its physics priors (uncalibrated, +/-30%); "
-        "`rltune tune` calibrates it on the baseline's measured phases"
-    )
+    if run is None:
+        print(
+            "no measured baseline: the forecaster runs on its physics priors (uncalibrated, +/-30%); "
+            "`rltune tune` calibrates it on the baseline's measured phases, `--log` on your run's log"
+        )
+    else:
+        s = run.summary
+        print(
+            f"measured baseline from {len(args.log)} log file(s): {run.steps} steps, {run.warmup} warm-up "
+            f"excluded; {s.step_time:.1f} s/step (sd {s.step_time_std:.1f} s over {s.steps} steps)"
+        )
+        for line in run.fallbacks():
+            print(f"  the log has {line}")
+        prof = tuner.profile()
+        if prof is not None:
+            print(f"profile: {prof.evidence}")
     if not base.feasible:
         print(f"warning: the baseline itself looks infeasible to the forecaster: {base.reason}")
         base_obj = None
@@ -112,6 +125,22 @@ def cmd_plan(args) -> int:
     print(f"({tuner.space.size():,} configurations in the space; ranked in {time.monotonic() - t0:.1f} s)")
     _print_framework_plan(spec, props[0].config if props else None)
     return 0
+
+
+def _run_baseline(spec, paths: list[str]):
+    """The baseline measured by the run's console logs (tuner.from_run), or exit naming the problem."""
+    from .tuner.from_run import from_logs
+
+    texts = []
+    for path in paths:
+        try:
+            texts.append(Path(path).read_text(errors="replace"))
+        except OSError as e:
+            raise SystemExit(f"rltune: --log {path}: {e.strerror or e}") from None
+    try:
+        return from_logs(spec, texts)
+    except ValueError as e:
+        raise SystemExit(f"rltune: --log: {e}") from None
 
 
 def _nothing_ranks(spec, tuner, base) -> str:
@@ -381,6 +410,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     p = sub.add_parser("plan", help="forecast-only ranking of configurations (no trials)")
     p.add_argument("job", help="RLTuningJob manifest (YAML)")
     p.add_argument("--top", type=int, default=10)
+    p.add_argument(
+        "--log",
+        action="append",
+        metavar="FILE",
+        help="console log of the run you have (verl, OpenRLHF): its measured baseline calibrates the plan "
+        "(repeat for a run's several files, in order)",
+    )
     p.set_defaults(func=cmd_plan)
     t = sub.add_parser("tune", help="run the tuning loop")
     t.add_argument("job", help="RLTuningJob manifest (YAML)")

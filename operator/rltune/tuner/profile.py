@@ -47,8 +47,9 @@ def profile(spec: RLTuningJobSpec, baseline: TrialSummary) -> Profile:
         return Profile(
             step_time=baseline.step_time_mean,
             bottleneck="unknown",
-            evidence=f"the baseline reported its step time ({_s(baseline.step_time_mean)} s) but no phase times: the "
-            "forecaster scales the physics' own phase split to it (calibrated on the step only, wider intervals)",
+            evidence=f"unknown: the baseline reported its step time ({_s(baseline.step_time_mean)} s) but no phase "
+            "times: the forecaster scales the physics' own phase split to it (calibrated on the step only, wider "
+            "intervals)",
         )
     gen, tail = ph.get("generation", 0.0), ph.get("generation_tail", 0.0)
     # Contract convention: `generation` is the rollout's wall time; tail and tool are parts of it.
