@@ -8,6 +8,7 @@ from test_adapter_openrlhf import make_spec as openrlhf_spec
 from test_tuner_fixtures import job
 
 from rltune.adapters.openrlhf import ADAPTER as OPENRLHF
+from rltune.adapters.openrlhf import _Opts
 from rltune.api.layout import Layout, default_trainer_gpus, layout, layout_of
 from rltune.api.models import RLConfig
 from rltune.controller import pods, rayjob
@@ -59,7 +60,8 @@ def test_every_layer_reads_the_same_layout(knobs):
     m = spec.workload.model.resolved()
     plan = make_plan(m, spec.workload.task, spec.resources.gpu_type, gpn, cfg.model_copy(update={"gpus": lay.gpus}))
     assert (plan.gpus, plan.train_gpus, plan.rollout_gpus) == (lay.gpus, lay.trainer, lay.rollout)
-    assert OPENRLHF._pools(spec, cfg) == (lay.gpus, lay.trainer, lay.rollout)
+    # (a command whose model groups all share the actor's GPUs: no side groups to leave out)
+    assert OPENRLHF._pools(spec, cfg, _Opts(["--train.colocate_all"])) == (lay.gpus, lay.trainer, lay.rollout)
     made, _ = pods.trial_manifests("ns", "j", None, spec, "t1", cfg, 4, 1, None, settings=OperatorSettings())
     assert len(made) == lay.nodes
     ray_spec = openrlhf_spec(budget=spec.resources.gpu_budget)
