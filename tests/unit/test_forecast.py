@@ -459,3 +459,20 @@ def test_a_baseline_with_a_step_time_and_no_phases_calibrates_on_the_step():
     assert fc.predict(other).std >= STEP_ONLY_SD * fc.predict(other).step
     p = profile(spec, step_only)
     assert p.bottleneck == "unknown" and "no phase times" in p.evidence
+
+
+def test_the_calibrated_parts_of_generation_are_scaled_as_generation_is():
+    """The long tail (and the tool time) a calibrated forecast shows are scaled as the calibration
+    scaled them, so the baseline's own forecast gives back its measured tail, never a tail longer
+    than the whole generation (it showed the physics' 132 s tail beside a 115 s generation)."""
+    from rltune.cli import load_job
+    from rltune.tuner.forecast import Forecaster
+    from rltune.tuner.summary import TrialSummary
+
+    _, _, spec = load_job(str(Path(__file__).resolve().parents[2] / "examples" / "twin-demo.yaml"))
+    prior = Forecaster(spec).predict(spec.baseline)
+    measured = {k: v * 0.6 for k, v in prior.phases.items() if k not in ("waiting", "rollout_idle")}
+    s = TrialSummary(steps=5, total_steps=6, step_time_mean=0.6 * prior.step, step_time_median=0.6 * prior.step)
+    got = Forecaster(spec, [(spec.baseline, s.model_copy(update={"phases": measured}))]).predict(spec.baseline)
+    assert got.phases["generation_tail"] == pytest.approx(measured["generation_tail"], rel=0.03)
+    assert got.phases["generation_tail"] <= got.phases["generation"]

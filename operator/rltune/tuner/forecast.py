@@ -466,8 +466,13 @@ class Forecaster:
             else:
                 phases[p] = raw
         raw_gen = self._raw_value(bd.phases, "generation")
-        for sub in physics.SUB_PHASES:
-            phases[sub] = bd.phases.get(sub, 0.0) * (phases["generation"] / raw_gen if raw_gen > 0 else 1.0)
+        scale = phases["generation"] / raw_gen if raw_gen > 0 else 1.0
+        # the parts of `generation` as its calibration scaled them (gen_raw): the tail by f_tail, the
+        # rest of it (the tool time among it) by f_bulk; a rollout without a tail was not split
+        tail = bd.phases.get("generation_tail", 0.0)
+        f_tail, f_bulk = (self.f_tail, self.f_bulk) if tail > 0.0 else (1.0, 1.0)
+        phases["generation_tail"] = tail * f_tail * scale
+        phases["tool"] = bd.phases.get("tool", 0.0) * f_bulk * scale
         return physics.compose(phases, physics.Knobs.of(k))
 
     # ------------------------------------------------------------------ prediction
