@@ -618,7 +618,8 @@ class Verl:
         t, r, a = config.trainer, config.rollout, config.async_
         m = spec.workload.model.resolved()
         per_node = spec.resources.gpus_per_node
-        gpus = spec.layout(config).gpus
+        lay = spec.layout(config)
+        gpus = lay.gpus
         out: list[str] = []
         if backend not in ("fsdp", "fsdp2", "megatron"):
             out.append(
@@ -682,7 +683,6 @@ class Verl:
                         "actor_rollout_ref.actor.ppo_mini_batch_size to a divisor of data.train_batch_size"
                     )
         # ---- GPU pools: whole nodes, or the same share of every node
-        lay = spec.layout(config)
         if config.placement == "colocated" or not lay.runnable:
             if gpus > per_node and gpus % per_node:
                 out.append(

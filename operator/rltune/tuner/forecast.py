@@ -114,11 +114,6 @@ UNCALIBRATED_SD = 0.30  # relative uncertainty of the physics prior with no meas
 # certain. A round prior (docs/tuner.md "Calibrating on the step alone").
 STEP_ONLY_SD = 0.15
 
-
-def _has_phases(s: TrialSummary) -> bool:
-    return any(v > 0 for v in s.phases.values())
-
-
 # Relative uncertainty a forecast gains when the job's calibration is carried to another GPU type:
 # the corrections measured here (how this framework and workload deviate from the physics) are
 # assumed to hold there, and the physics' GPU-to-GPU ratio is what is left unmeasured. Prior, checked
@@ -279,8 +274,8 @@ class Forecaster:
         self.task = task_learning.trainer_memory(self, self.task)
         # a measurement with a step time but no phase times (a log that prints only the step, series
         # without phases): its phases are the physics' own split scaled to the measured step
-        self.step_only = any(not _has_phases(s) for _, s in self.obs)
-        self.obs = [(c, s if _has_phases(s) else self._scaled_phases(c, s)) for c, s in self.obs]
+        self.step_only = any(not s.has_phases for _, s in self.obs)
+        self.obs = [(c, s if s.has_phases else self._scaled_phases(c, s)) for c, s in self.obs]
         # what ran proves it fits: widen the memory limits to every measured configuration
         lim = dict(
             trainer_max=physics.DEFAULT_LIMITS.trainer_max,

@@ -43,7 +43,7 @@ def _s(x: float) -> str:
 def profile(spec: RLTuningJobSpec, baseline: TrialSummary) -> Profile:
     ph = dict(baseline.phases)
     step = max(baseline.step_time_mean, 1e-9)
-    if not any(v > 0 for v in ph.values()):
+    if not baseline.has_phases:
         return Profile(
             step_time=baseline.step_time_mean,
             bottleneck="unknown",

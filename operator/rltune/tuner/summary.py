@@ -64,6 +64,11 @@ class TrialSummary(TunerModel):
         return self.step_time_mean
 
     @property
+    def has_phases(self) -> bool:
+        """Whether any phase time was measured (a log or series may carry only the step time)."""
+        return any(v > 0 for v in self.phases.values())
+
+    @property
     def seconds_spent(self) -> float:
         """Step seconds the trial ran, warm-up included (what its GPUs were busy with). A first
         step that captures CUDA graphs or fills the pipeline is slower than a steady one, so steady
